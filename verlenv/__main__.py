@@ -1,0 +1,5 @@
+import sys
+
+from verlenv.cli import main
+
+sys.exit(main())

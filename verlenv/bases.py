@@ -1,0 +1,98 @@
+"""images/bases.toml: the base images a profile may build on.
+
+Two kinds.  ``debootstrap`` bases are made here from Debian packages by ``verlenv base`` and are
+pinned by the content hash of the image that command produced.  ``registry`` bases (nvidia/cuda
+and friends) are pulled; they must carry ``digest = "sha256:..."`` or the build refuses them
+unless the user opts out explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlenv.errors import ConfigError
+from verlenv.tomlschema import Field, check_table, load_toml
+
+KINDS = ("debootstrap", "registry")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_VERSION = re.compile(r"^\d+(\.\d+)+$")
+
+BASE_FIELDS = {
+    "kind": Field(str, required=True),
+    "description": Field(str),
+    "image": Field(str, required=True),
+    "digest": Field(str),
+    "python": Field(str, required=True),
+    "glibc": Field(str, required=True),
+    "glibcxx": Field(str),
+    "suite": Field(str),
+    "mirror": Field(str),
+    "packages": Field(list, item=str),
+    "libraries": Field(list, item=str),
+    "cuda": Field(str),
+}
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    kind: str
+    image: str
+    digest: str
+    python: str
+    glibc: str
+    glibcxx: str
+    description: str = ""
+    suite: str = ""
+    mirror: str = ""
+    cuda: str = ""
+    packages: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.digest)
+
+    @property
+    def reference(self) -> str:
+        """What to put after FROM: by digest when pinned, else by tag."""
+        return f"{self.image}@{self.digest}" if self.digest else self.image
+
+
+def load_bases(path: Path) -> dict[str, Base]:
+    data = load_toml(path)
+    check_table(data, {"bases": Field(dict, required=True)}, path)
+    return {name: _parse_base(name, table, path) for name, table in data["bases"].items()}
+
+
+def _parse_base(name: str, table: object, path: Path) -> Base:
+    where = f"bases.{name}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: '{where}' must be a table")
+    check_table(table, BASE_FIELDS, path, where)
+    if table["kind"] not in KINDS:
+        raise ConfigError(f"{path}: '{where}.kind' is '{table['kind']}'; expected one of {', '.join(KINDS)}")
+    digest = table.get("digest", "")
+    if digest and not _DIGEST.match(digest):
+        raise ConfigError(f"{path}: '{where}.digest' must look like sha256:<64 hex digits>, got '{digest}'")
+    for key in ("python", "glibc", "glibcxx"):
+        value = table.get(key, "")
+        if value and not _VERSION.match(value):
+            raise ConfigError(f"{path}: '{where}.{key}' is not a version: '{value}'")
+    return Base(
+        name=name,
+        kind=table["kind"],
+        image=table["image"],
+        digest=digest,
+        python=table["python"],
+        glibc=table["glibc"],
+        glibcxx=table.get("glibcxx", ""),
+        description=table.get("description", ""),
+        suite=table.get("suite", ""),
+        mirror=table.get("mirror", ""),
+        cuda=table.get("cuda", ""),
+        packages=tuple(table.get("packages", ())),
+        libraries=tuple(table.get("libraries", ())),
+    )
