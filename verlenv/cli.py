@@ -40,8 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         module = importlib.import_module(f"verlenv.commands.{name}")
-        child = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=_epilog(),
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        child = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.configure_parser(child)
         child.set_defaults(_execute=module.execute)
     return parser

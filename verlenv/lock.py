@@ -49,22 +49,35 @@ def resolve(profile: Profile, paths: ProjectPaths) -> Path:
     try:
         lock = parse_lock(text, target)
     except ConfigError as exc:
-        raise ResolutionError(f"uv produced an unusable lock for {profile.name}; nothing written.\n{exc.message}") from None
+        raise ResolutionError(
+            f"uv produced an unusable lock for {profile.name}; nothing written.\n{exc.message}"
+        ) from None
     _check_components(profile, lock, target)
     atomic.write_text(target, text)
-    _progress(f"{profile.name}: {len(lock.dists)} distributions locked in {time.monotonic() - started:.1f}s -> {target}")
+    _progress(
+        f"{profile.name}: {len(lock.dists)} distributions locked in {time.monotonic() - started:.1f}s -> {target}"
+    )
     return target
 
 
 def _compile(profile: Profile, uv: str, work: Path) -> str:
     (work / "requirements.in").write_text("".join(f"{r.spec}\n" for r in profile.requirements))
     cmd = [
-        uv, "pip", "compile", "requirements.in",
-        "--python-platform", profile.platform,
-        "--python-version", profile.python,
-        "--exclude-newer", profile.exclude_newer,
-        "--generate-hashes", "--no-header", "--quiet",
-        "--output-file", "out.txt",
+        uv,
+        "pip",
+        "compile",
+        "requirements.in",
+        "--python-platform",
+        profile.platform,
+        "--python-version",
+        profile.python,
+        "--exclude-newer",
+        profile.exclude_newer,
+        "--generate-hashes",
+        "--no-header",
+        "--quiet",
+        "--output-file",
+        "out.txt",
     ]
     for url in profile.sources.extra_index_urls:
         cmd += ["--extra-index-url", url]
@@ -72,7 +85,9 @@ def _compile(profile: Profile, uv: str, work: Path) -> str:
         cmd += ["--find-links", link]
     if profile.sources.pip_download:
         cmd += ["--find-links", str(_pip_download(profile, work / "downloads"))]
-    _progress(f"{profile.name}: resolving with uv for {profile.platform}, Python {profile.python}, as of {profile.snapshot}")
+    _progress(
+        f"{profile.name}: resolving with uv for {profile.platform}, Python {profile.python}, as of {profile.snapshot}"
+    )
     run(cmd, what=f"uv pip compile for profile {profile.name}", cwd=work)
     return (work / "out.txt").read_text()
 
@@ -82,8 +97,10 @@ def _pip_download(profile: Profile, dest: Path) -> Path:
     dest.mkdir()
     for spec in profile.sources.pip_download:
         _progress(f"{profile.name}: pip download {spec}")
-        run([*pip_command(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(dest), spec],
-            what=f"pip download {spec}")
+        run(
+            [*pip_command(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(dest), spec],
+            what=f"pip download {spec}",
+        )
     return dest
 
 

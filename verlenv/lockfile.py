@@ -32,8 +32,15 @@ class LockHeader:
     exclude_newer: str
 
     def render(self) -> str:
-        values = (str(LOCK_SCHEMA_VERSION), self.profile, self.profile_sha256, self.uv_version,
-                  self.python, self.platform, self.exclude_newer)
+        values = (
+            str(LOCK_SCHEMA_VERSION),
+            self.profile,
+            self.profile_sha256,
+            self.uv_version,
+            self.python,
+            self.platform,
+            self.exclude_newer,
+        )
         lines = ["# This file is written by `verlenv lock`; edit the profile, not this file."]
         lines += [f"# {key}: {value}" for key, value in zip(HEADER_KEYS, values, strict=True)]
         return "\n".join(lines) + "\n"
@@ -90,7 +97,9 @@ def parse_header(text: str, path: Path) -> LockHeader:
     if missing:
         raise ConfigError(f"{path}: lock header lacks {', '.join(missing)}", hint="regenerate it with `verlenv lock`")
     if found["lock-schema"] != str(LOCK_SCHEMA_VERSION):
-        raise ConfigError(f"{path}: lock-schema {found['lock-schema']} is not {LOCK_SCHEMA_VERSION}; regenerate the lock")
+        raise ConfigError(
+            f"{path}: lock-schema {found['lock-schema']} is not {LOCK_SCHEMA_VERSION}; regenerate the lock"
+        )
     return LockHeader(
         profile=found["profile"],
         profile_sha256=found["profile-sha256"],
@@ -115,6 +124,9 @@ def _logical_lines(text: str) -> list[str]:
             continue
         if stripped.startswith("#"):
             continue
+        if current and not raw[:1].isspace() and not stripped.startswith("--"):
+            lines.append(current.strip())  # a dangling "\\" before the next entry (hash lines deleted)
+            current = ""
         current += " " + stripped.removesuffix("\\")
         if not stripped.endswith("\\"):
             lines.append(current.strip())
@@ -126,7 +138,7 @@ def _logical_lines(text: str) -> list[str]:
 
 def _parse_entry(line: str, path: Path) -> LockedDist:
     head, _, _ = line.partition(" --")
-    options = line[len(head):].split()
+    options = line[len(head) :].split()
     try:
         requirement = Requirement(head.strip())
     except InvalidRequirement as exc:
@@ -141,7 +153,10 @@ def _parse_entry(line: str, path: Path) -> LockedDist:
             raise ConfigError(f"{path}: lock entry '{requirement.name}' has an unexpected option '{option}'")
         hashes.append(match.group(1))
     if not hashes:
-        raise ConfigError(f"{path}: lock entry '{requirement.name}=={pins[0].version}' has no --hash=sha256", hint="every locked file must be hashed; regenerate with `verlenv lock`")
+        raise ConfigError(
+            f"{path}: lock entry '{requirement.name}=={pins[0].version}' has no --hash=sha256",
+            hint="every locked file must be hashed; regenerate with `verlenv lock`",
+        )
     return LockedDist(
         name=canonicalize_name(requirement.name),
         version=pins[0].version,

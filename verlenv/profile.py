@@ -205,7 +205,9 @@ def parse_profile(path: Path, bases: dict[str, Base]) -> Profile:
 def _check_python(value: str, path: Path) -> str:
     match = _PYTHON.match(value)
     if not match or not 8 <= int(match.group(1)) <= 14:
-        raise ConfigError(f"{path}: 'python' is '{value}'; expected a CPython minor version from 3.8 to 3.14, e.g. \"3.11\"")
+        raise ConfigError(
+            f"{path}: 'python' is '{value}'; expected a CPython minor version from 3.8 to 3.14, e.g. \"3.11\""
+        )
     return value
 
 
@@ -256,7 +258,9 @@ def _parse_requirements(items: list[dict[str, Any]], path: Path) -> tuple[Pinned
         except InvalidRequirement as exc:
             raise ConfigError(f"{path}: '{where}.spec' is not a valid requirement: {exc}") from None
         if requirement.url:
-            raise ConfigError(f"{path}: '{where}.spec' points at a URL; locks must come from an index so every file is hashed")
+            raise ConfigError(
+                f"{path}: '{where}.spec' points at a URL; locks must come from an index so every file is hashed"
+            )
         if not table["why"].strip():
             raise ConfigError(f"{path}: '{where}.why' is empty; say why this requirement or pin is here")
         _check_satisfiable(requirement, path, where)
@@ -267,12 +271,14 @@ def _parse_requirements(items: list[dict[str, Any]], path: Path) -> tuple[Pinned
 def _check_satisfiable(requirement: Requirement, path: Path, where: str) -> None:
     """An '==X' clause must satisfy every other clause of the same specifier set."""
     for clause in requirement.specifier:
-        if clause.operator == "==" and "*" not in clause.version:
-            if not requirement.specifier.contains(clause.version, prereleases=True):
-                raise ConfigError(f"{path}: '{where}.spec' ({requirement}) can never be satisfied")
+        exact = clause.operator == "==" and "*" not in clause.version
+        if exact and not requirement.specifier.contains(clause.version, prereleases=True):
+            raise ConfigError(f"{path}: '{where}.spec' ({requirement}) can never be satisfied")
 
 
-def _parse_components(table: dict[str, Any], requirements: tuple[PinnedRequirement, ...], path: Path) -> tuple[tuple[str, str], ...]:
+def _parse_components(
+    table: dict[str, Any], requirements: tuple[PinnedRequirement, ...], path: Path
+) -> tuple[tuple[str, str], ...]:
     components: list[tuple[str, str]] = []
     specs = {r.name: r.requirement.specifier for r in requirements}
     for name, version in table.items():

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from verlenv.errors import ServiceError
 
@@ -26,6 +27,8 @@ DOCKERD_ARGS = ("--bridge=none", "--iptables=false")
 STATE_DIR = Path(os.environ.get("VERLENV_STATE_DIR", "/var/lib/verlenv"))
 DOCKERD_LOG = STATE_DIR / "dockerd.log"
 DOCKER_SOCKET = "/var/run/docker.sock"
+# Daemons we started, kept referenced: a Popen dropped while its child runs raises ResourceWarning.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def _say(message: str) -> None:
@@ -46,7 +49,10 @@ def ensure_programs(programs: tuple[str, ...] = tuple(APT_PACKAGES)) -> None:
         raise ServiceError(f"missing {', '.join(missing)}", hint=f"as root: apt-get install -y {' '.join(packages)}")
     _say(f"installing {' '.join(packages)} with apt-get (once per machine)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+    ):
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise ServiceError(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
@@ -77,8 +83,10 @@ def ensure_engine(timeout_s: float = 120.0):  # type: ignore[no-untyped-def]
     if os.environ.get("DOCKER_HOST"):
         raise ServiceError(f"the Docker engine at DOCKER_HOST={os.environ['DOCKER_HOST']} does not answer")
     if os.geteuid() != 0:
-        raise ServiceError("no Docker engine answers on " + DOCKER_SOCKET,
-                           hint="start it as root: verlenv services up (or dockerd --bridge=none --iptables=false)")
+        raise ServiceError(
+            "no Docker engine answers on " + DOCKER_SOCKET,
+            hint="start it as root: verlenv services up (or dockerd --bridge=none --iptables=false)",
+        )
     ensure_programs(("dockerd",))
     _start_dockerd()
     deadline = time.monotonic() + timeout_s
@@ -95,9 +103,14 @@ def _start_dockerd() -> None:
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     _say(f"starting {dockerd} {' '.join(DOCKERD_ARGS)} (log: {DOCKERD_LOG})")
     with DOCKERD_LOG.open("ab") as log:
-        # A new session and no inherited pipes: the daemon outlives this process cleanly.
-        subprocess.Popen([dockerd, *DOCKERD_ARGS], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True, close_fds=True)
+        _spawn([dockerd, *DOCKERD_ARGS], log)
+
+
+def _spawn(cmd: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    # A new session and no inherited pipes: the daemon outlives this process cleanly.
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    _CHILDREN[proc.pid] = proc
+    return proc
 
 
 def free_port() -> int:
@@ -138,11 +151,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:  # a zombie child still "exists"; reap it if it is ours
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:  # ours, and exited: poll() reaped it
+        del _CHILDREN[pid]
+        return False
+    return True
 
 
 def registry_answers(host: str) -> bool:
@@ -166,8 +179,7 @@ def start_registry(storage: Path, port: int | None = None, timeout_s: float = 30
     )
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     with (storage / "registry.log").open("ab") as log:
-        proc = subprocess.Popen([binary, "serve", str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        proc = _spawn([binary, "serve", str(config)], log)
     registry = Registry(port=port, storage=storage, pid=proc.pid)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -18,8 +18,16 @@ def closest(name: str, choices: Iterable[str]) -> str | None:
         for option in options:
             if option.lower() == candidate.lower():
                 return option
-    matches = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    tokens = [t for t in re.split(r"[_.\-]+", camel_to_snake(name)) if t]
+    by_lower = {option.lower(): option for option in options}
+    for token in tokens:  # "Cuda_Version" -> "cuda"
+        if token in by_lower:
+            return by_lower[token]
+    for word in (name, *tokens):  # whole name first, then its parts: "pyhton_tag" -> "python"
+        matches = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
+        if matches:
+            return by_lower[matches[0]]
+    return None
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ def type_name(value: object) -> str:
 
 
 def load_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # host side only (Python 3.11+); container-side verlenv never reads TOML
+
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -59,9 +60,7 @@ def _check_type(value: Any, field: Field, path: Path, key: str) -> None:
     ok = isinstance(value, field.kind) and not (field.kind is int and isinstance(value, bool))
     if not ok:
         hint = f'write it as a quoted string: {key.rsplit(".", 1)[-1]} = "{value}"' if field.kind is str else ""
-        raise ConfigError(
-            f"{path}: key '{key}' must be {_TYPE_NAMES[field.kind]}, not {type_name(value)}", hint=hint
-        )
+        raise ConfigError(f"{path}: key '{key}' must be {_TYPE_NAMES[field.kind]}, not {type_name(value)}", hint=hint)
     if field.item is not None:
         for index, element in enumerate(value):
             if not isinstance(element, field.item):

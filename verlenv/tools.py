@@ -37,7 +37,9 @@ def pip_command() -> list[str]:
         found = shutil.which(name)
         if found:
             return [found]
-    raise ResolutionError("no pip found for `pip download`", hint="install pip, or drop sources.pip_download from the profile")
+    raise ResolutionError(
+        "no pip found for `pip download`", hint="install pip, or drop sources.pip_download from the profile"
+    )
 
 
 def run(cmd: list[str], *, what: str, cwd: Path | None = None) -> str:

@@ -19,9 +19,13 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", action="append", metavar="NAME", help="profile to lock (repeatable); default: the default profile")
+    parser.add_argument(
+        "--profile", action="append", metavar="NAME", help="profile to lock (repeatable); default: the default profile"
+    )
     parser.add_argument("--all", action="store_true", help="every profile in images/profiles/")
-    parser.add_argument("--check", action="store_true", help="do not resolve; report stale or missing locks (no network)")
+    parser.add_argument(
+        "--check", action="store_true", help="do not resolve; report stale or missing locks (no network)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output (with --check)")
 
 
@@ -52,6 +56,9 @@ def _check(paths, names: list[str], *, as_json: bool) -> int:  # type: ignore[no
     bad = [s.profile for s in statuses if not s.ok]
     if bad:
         if not as_json:
-            raise CheckFailed(f"{len(bad)} lock(s) not fresh: {', '.join(bad)}", hint="re-run `verlenv lock --profile NAME` (or `nox -s lock -- --profile NAME`)")
+            raise CheckFailed(
+                f"{len(bad)} lock(s) not fresh: {', '.join(bad)}",
+                hint="re-run `verlenv lock --profile NAME` (or `nox -s lock -- --profile NAME`)",
+            )
         return CheckFailed.exit_code
     return 0

@@ -22,13 +22,37 @@ def execute(args: argparse.Namespace) -> int:
     profiles = load_all(paths)
     states = {s.profile: s.state for s in lock.check(paths, [p.name for p in profiles])}
     if args.json:
-        print_json({"profiles": [
-            {"name": p.name, "default": p.default, "components": dict(p.components), "cuda": p.cuda,
-             "python": p.python, "platform": p.platform, "base": p.base.name, "snapshot": p.snapshot.isoformat(),
-             "lock": states[p.name]}
-            for p in profiles]})
+        print_json(
+            {
+                "profiles": [
+                    {
+                        "name": p.name,
+                        "default": p.default,
+                        "components": dict(p.components),
+                        "cuda": p.cuda,
+                        "python": p.python,
+                        "platform": p.platform,
+                        "base": p.base.name,
+                        "snapshot": p.snapshot.isoformat(),
+                        "lock": states[p.name],
+                    }
+                    for p in profiles
+                ]
+            }
+        )
         return 0
-    rows = [[p.name + (" (default)" if p.default else ""), p.component("verl") or "-", p.component("vllm") or "-",
-             p.component("torch") or "-", p.cuda, p.base.name, p.snapshot.isoformat(), states[p.name]] for p in profiles]
+    rows = [
+        [
+            p.name + (" (default)" if p.default else ""),
+            p.component("verl") or "-",
+            p.component("vllm") or "-",
+            p.component("torch") or "-",
+            p.cuda,
+            p.base.name,
+            p.snapshot.isoformat(),
+            states[p.name],
+        ]
+        for p in profiles
+    ]
     print(table(["profile", "verl", "vllm", "torch", "cuda", "base", "snapshot", "lock"], rows))
     return 0

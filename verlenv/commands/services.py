@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from verlenv import services
@@ -19,7 +20,11 @@ REGISTRY_PID = services.STATE_DIR / "registry.pid"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("up", "status", "down"), help="up: install+start; status: report; down: stop the registry started by `up`")
+    parser.add_argument(
+        "action",
+        choices=("up", "status", "down"),
+        help="up: install+start; status: report; down: stop the registry started by `up`",
+    )
     parser.add_argument("--registry", action="store_true", help="with up: also run a registry on 127.0.0.1")
     parser.add_argument("--registry-port", type=int, default=5000, help="registry port (default 5000)")
     parser.add_argument("--json", action="store_true", help="machine-readable status")
@@ -47,17 +52,17 @@ def _registry_up(port: int) -> None:
 def _registry_down() -> None:
     if REGISTRY_PID.exists():
         pid = int(REGISTRY_PID.read_text())
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 15)
-        except ProcessLookupError:
-            pass
         REGISTRY_PID.unlink()
 
 
 def _report(args: argparse.Namespace) -> int:
     host = f"127.0.0.1:{args.registry_port}"
     rows = {
-        "programs": "all installed" if not services.missing_programs() else "missing: " + ", ".join(services.missing_programs()),
+        "programs": "all installed"
+        if not services.missing_programs()
+        else "missing: " + ", ".join(services.missing_programs()),
         "docker-engine": "up" if services.engine_answers() else "down",
         "registry": f"up at {host}" if services.registry_answers(host) else f"not running at {host}",
     }
