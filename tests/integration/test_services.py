@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tarfile
 import uuid
 
+import docker.errors
 import pytest
 
 from verlenv import services
@@ -46,6 +48,7 @@ def test_registry_push_and_pull_by_digest(engine, registry: services.Registry) -
         rm=True,
         forcerm=True,
     )
+    digest = ""
     try:
         lines = [json.loads(x) for x in engine.api.push(repo, tag="t", stream=True, decode=False)]
         assert not [x for x in lines if "error" in x], lines
@@ -55,12 +58,9 @@ def test_registry_push_and_pull_by_digest(engine, registry: services.Registry) -
         assert pulled.labels["io.verlenv.test"] == "1"
         assert f"{repo}@{digest}" in pulled.attrs["RepoDigests"]
     finally:
-        for ref in (f"{repo}:t", f"{repo}@{digest}" if "digest" in locals() else None):
-            if ref:
-                try:
-                    engine.images.remove(ref, force=True)
-                except Exception:  # noqa: BLE001 - cleanup only
-                    pass
+        for ref in filter(None, (f"{repo}:t", digest and f"{repo}@{digest}")):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                engine.images.remove(ref, force=True)
 
 
 def test_registry_listens_on_loopback_only(registry: services.Registry) -> None:
