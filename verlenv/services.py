@@ -71,9 +71,15 @@ def engine_client():  # type: ignore[no-untyped-def]
 
 def engine_answers() -> bool:
     try:
-        return bool(engine_client().ping())
+        client = engine_client()
     except Exception:  # noqa: BLE001 - any failure means "not answering"
         return False
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        client.close()
 
 
 def ensure_engine(timeout_s: float = 120.0):  # type: ignore[no-untyped-def]

@@ -16,8 +16,14 @@ from verlenv import services
 
 @pytest.fixture(scope="session")
 def engine():  # type: ignore[no-untyped-def]
-    """A Docker SDK client for a running engine (started with --bridge=none --iptables=false if needed)."""
-    return services.ensure_engine()
+    """A Docker SDK client for a running engine (started with --bridge=none --iptables=false if needed).
+
+    Also installs the other programs the integration tier uses (docker-registry, debootstrap).
+    """
+    services.ensure_programs()
+    client = services.ensure_engine()
+    yield client
+    client.close()
 
 
 @pytest.fixture
