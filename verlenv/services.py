@@ -27,6 +27,7 @@ DOCKERD_ARGS = ("--bridge=none", "--iptables=false")
 STATE_DIR = Path(os.environ.get("VERLENV_STATE_DIR", "/var/lib/verlenv"))
 DOCKERD_LOG = STATE_DIR / "dockerd.log"
 DOCKER_SOCKET = "/var/run/docker.sock"
+API_VERSION = "1.41"
 # Daemons we started, kept referenced: a Popen dropped while its child runs raises ResourceWarning.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -64,9 +65,11 @@ def ensure_programs(programs: tuple[str, ...] = tuple(APT_PACKAGES)) -> None:
 def engine_client():  # type: ignore[no-untyped-def]
     import docker  # host-side dependency (verlenv[build])
 
+    # A fixed API version: "auto" would query the engine inside the constructor and leak the
+    # socket when it does not answer yet. 1.41 is Docker 20.10 (Debian 12); newer engines accept it.
     if os.environ.get("DOCKER_HOST"):
-        return docker.from_env(timeout=600)
-    return docker.DockerClient(base_url=f"unix://{DOCKER_SOCKET}", timeout=600)
+        return docker.from_env(timeout=600, version=API_VERSION)
+    return docker.DockerClient(base_url=f"unix://{DOCKER_SOCKET}", timeout=600, version=API_VERSION)
 
 
 def engine_answers() -> bool:
