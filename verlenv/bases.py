@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv.errors import ConfigError
-from verlenv.tomlschema import Field, check_table, load_toml
+from verlenv.tomlschema import Field, check_table
 
 KINDS = ("debootstrap", "registry")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -62,9 +62,9 @@ class Base:
 
 
 def load_bases(path: Path) -> dict[str, Base]:
-    data = load_toml(path)
-    check_table(data, {"bases": Field(dict, required=True)}, path)
-    return {name: _parse_base(name, table, path) for name, table in data["bases"].items()}
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    return load_bases_text(path.read_text(), path)
 
 
 def _parse_base(name: str, table: object, path: Path) -> Base:
@@ -96,3 +96,64 @@ def _parse_base(name: str, table: object, path: Path) -> Base:
         packages=tuple(table.get("packages", ())),
         libraries=tuple(table.get("libraries", ())),
     )
+
+
+def _toml_value(value: str | list[str]) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    items = [_toml_value(v) for v in value]
+    lines, line = [], "    "
+    for item in items:
+        if len(line) + len(item) > 96:
+            lines.append(line.rstrip())
+            line = "    "
+        line += item + ", "
+    lines.append(line.rstrip())
+    return "[\n" + "\n".join(lines) + "\n]"
+
+
+def record_base(path: Path, name: str, values: dict[str, str | list[str]]) -> None:
+    """Set ``values`` in the ``[bases."name"]`` table of bases.toml, keeping everything else as written."""
+    from verlenv import atomic
+
+    lines = path.read_text().splitlines()
+    header = f'[bases."{name}"]'
+    if header not in lines:
+        raise ConfigError(f"{path}: no table {header}")
+    start = lines.index(header) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("[")), len(lines))
+    section = lines[start:end]
+    split = len(section)
+    while split and (not section[split - 1].strip() or section[split - 1].lstrip().startswith("#")):
+        split -= 1  # trailing comments and blank lines introduce the next table: keep them there
+    body = _drop_keys(section[:split], set(values))
+    body += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    tail = section[split:] or [""]
+    text = "\n".join([*lines[:start], *body, *tail, *lines[end:]]).rstrip("\n") + "\n"
+    load_bases_text(text, path)  # never write a file we could not read back
+    atomic.write_text(path, text)
+
+
+def _drop_keys(body: list[str], keys: set[str]) -> list[str]:
+    kept, skipping = [], False
+    for line in body:
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.startswith(" ") else None
+        if skipping:
+            skipping = not line.startswith("]")
+            continue
+        if key in keys:
+            skipping = line.rstrip().endswith("[")
+            continue
+        kept.append(line)
+    return kept
+
+
+def load_bases_text(text: str, path: Path) -> dict[str, Base]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    check_table(data, {"bases": Field(dict, required=True)}, path)
+    return {name: _parse_base(name, table, path) for name, table in data["bases"].items()}

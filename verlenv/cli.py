@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from verlenv import __version__
 from verlenv.errors import ConfigError, InternalError, VerlenvError, exit_code_table
 
-COMMANDS = ("lock", "profiles", "services")
+COMMANDS = ("profiles", "lock", "verify", "services")
 
 
 def _epilog() -> str:
@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `verlenv ... | head`: the reader left, which is not our failure
+        sys.stderr.close()
+        return 0
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
         traceback.print_exc()
         print(f"error: {InternalError.label}", file=sys.stderr)

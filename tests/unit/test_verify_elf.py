@@ -1,0 +1,138 @@
+"""verify's ELF check on real compiled fixtures: pass, missing symbol, other ABI, missing DT_NEEDED,
+GLIBC too new, weak symbols, broken ELF files; through the real `verlenv verify` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.fakeproject import make_project
+from tests.helpers.fakewheels import Variant, build_pair, build_wheel
+from verlenv.cli import main
+
+
+def _verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variant: Variant,
+            *, glibc: str = "2.36", extra: list[Path] = ()) -> tuple[int, dict, str]:  # type: ignore[assignment,type-arg]
+    torch, ext = build_pair(tmp_path / "build", variant)
+    project = make_project(tmp_path / "project", [torch, ext, *extra], glibc=glibc)
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    code = main(["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q", "-v"])
+    text = capsys.readouterr().out
+    report = json.loads((project.paths.lockfiles / "fake.verify.json").read_text())
+    return code, report, text
+
+
+def _ext(report: dict) -> dict:  # type: ignore[type-arg]
+    [ext] = [e for e in report["extensions"] if e["owner"].startswith("fakeext")]
+    return ext
+
+
+def test_matching_pair_passes(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant())
+    assert code == 0, text
+    assert report["ok"] and report["schema_version"] == 1
+    ext = _ext(report)
+    assert ext["ok"] and ext["abi"] == "cxx11" and ext["torch_symbols"] == 3
+    assert report["torch"] == {"version": "2.6.0", "cxx11_abi": "cxx11"}
+    assert "OK    fakeext 1.0  fakeext/_C.so" in text and "result: PASS" in text
+
+
+def test_weak_undefined_symbol_is_ignored(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # c10::optional_hook() is referenced weakly and torch does not export it: still a pass.
+    code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant())
+    assert code == 0
+    assert not any("optional_hook" in x for f in _ext(report)["findings"] for x in f["examples"])
+
+
+def test_library_missing_one_symbol_fails_and_names_it(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(torch_has_mul=False))
+    assert code == 1 and not report["ok"]
+    [finding] = _ext(report)["findings"]
+    assert finding["kind"] == "missing-symbols" and finding["count"] == 1
+    assert finding["examples"] == ["at::mul(int, int)"]
+    assert "at::mul(int, int)" in text and "result: FAIL" in text
+    assert "rebuild fakeext against torch 2.6.0" in finding["fix"]
+
+
+def test_other_cxx_abi_fails_and_names_the_abi(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(ext_abi=0))
+    assert code == 1
+    kinds = {f["kind"]: f for f in _ext(report)["findings"]}
+    assert set(kinds) == {"missing-symbols", "abi-mismatch"}
+    assert "c10::Error::Error(c10::SourceLocation, std::string)" in kinds["missing-symbols"]["examples"]
+    assert kinds["abi-mismatch"]["message"] == "built with the pre-cxx11 C++ string ABI; torch 2.6.0 uses cxx11"
+    assert "cxx11abiTRUE" in kinds["abi-mismatch"]["fix"]
+
+
+def test_torch_with_old_abi_against_new_extension(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant(torch_abi=0, ext_abi=1))
+    assert code == 1 and report["torch"]["cxx11_abi"] == "pre-cxx11"
+    assert "abi-mismatch" in {f["kind"] for f in _ext(report)["findings"]}
+
+
+def test_missing_dt_needed_fails(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant(ext_needs_missing_lib=True))
+    assert code == 1
+    [finding] = _ext(report)["findings"]
+    assert finding["kind"] == "missing-needed" and finding["examples"] == ["libvendor_missing.so"]
+
+
+def test_dt_needed_shipped_by_another_wheel_is_fine(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # The same missing library, now shipped in an nvidia-style wheel: resolved by file name.
+    build = tmp_path / "vendor"
+    build.mkdir()
+    torch, ext = build_pair(tmp_path / "b0", Variant(ext_needs_missing_lib=True))
+    vendor = build_wheel(build, "nvidia_vendor", "1.0",
+                         {"nvidia/vendor/lib/libvendor_missing.so": (tmp_path / "b0" / "libvendor_missing.so").read_bytes()})
+    project = make_project(tmp_path / "p", [torch, ext, vendor])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    assert main(["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q"]) == 0
+
+
+def test_glibc_newer_than_the_base_fails(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant(ext_uses_pthread=True), glibc="2.31")
+    assert code == 1
+    [finding] = _ext(report)["findings"]
+    assert finding["kind"] == "glibc-too-new" and finding["examples"] == ["GLIBC_2.34"]
+    assert "GLIBC 2.31" in finding["message"]
+
+
+def test_same_binary_on_a_new_enough_base_passes(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, _, _ = _verify(tmp_path, monkeypatch, capsys, Variant(ext_uses_pthread=True), glibc="2.36")
+    assert code == 0
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"this is a text file, not a library\n", "not an ELF file (bad magic number)"),
+    (b"\x7fELF" + b"\x02\x01\x01" + b"\x00" * 9 + b"garbage" * 3, "not a readable ELF shared object"),
+])
+def test_broken_shared_objects_are_reported_not_raised(tmp_path, monkeypatch, capsys, content, expected) -> None:  # type: ignore[no-untyped-def]
+    bad = build_wheel(tmp_path, "brokenpkg", "1.0", {"brokenpkg/_native.so": content})
+    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(), extra=[bad])
+    assert code == 1 and "Traceback" not in text
+    [entry] = report["unreadable"]
+    assert entry["path"] == "brokenpkg/_native.so" and expected in entry["error"]
+
+
+def test_truncated_real_library_is_reported(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    torch, _ = build_pair(tmp_path / "b1", Variant())
+    real = (tmp_path / "b1" / "libc10.so").read_bytes()
+    bad = build_wheel(tmp_path, "brokenpkg", "1.0", {"brokenpkg/_trunc.so": real[: len(real) // 3]})
+    code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant(), extra=[bad])
+    assert code == 1
+    assert report["unreadable"][0]["path"] == "brokenpkg/_trunc.so"
+
+
+def test_symbol_tables_are_cached_by_wheel_hash(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    torch, ext = build_pair(tmp_path / "build", Variant())
+    project = make_project(tmp_path / "project", [torch, ext])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    args = ["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q", "--json"]
+    assert main(args) == 0
+    cached = sorted(p.name for p in (project.cache.root / "elf").iterdir())
+    assert len(cached) == 2 and all(name.endswith(".json.gz") for name in cached)
+    first = json.loads(capsys.readouterr().out)["report"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["report"] == first

@@ -1,0 +1,62 @@
+"""verlenv verify: metadata and ELF ABI verdicts for a profile's locked wheel set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from verlenv import verify
+from verlenv.cache import Cache, default_root
+from verlenv.errors import CheckFailed
+from verlenv.output import print_json
+from verlenv.paths import find_root
+from verlenv.profile import default_profile
+
+NAME = "verify"
+HELP = (
+    "Download the profile's locked files into the content-addressed cache (hash-checked, parallel, "
+    "resumable), check every Requires-Dist against the lock, and check that each extension linking "
+    "libtorch finds all its torch symbols, the same C++ ABI, its DT_NEEDED libraries and a new enough "
+    "glibc in the base. Writes lockfiles/NAME.verify.json. Exit 1 when anything fails."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", metavar="NAME", help="profile to verify (default: the default profile)")
+    parser.add_argument("--offline", action="store_true", help="use only the cache; fail if a file is missing")
+    parser.add_argument("--cache", type=Path, help="cache directory (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+    parser.add_argument("--jobs", type=int, default=8, help="parallel downloads (default 8)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-write", action="store_true", help="do not write lockfiles/NAME.verify.json")
+    parser.add_argument(
+        "--check-committed",
+        action="store_true",
+        help="fail if lockfiles/NAME.verify.json differs from this run's report",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list passing extensions too")
+
+
+def execute(args: argparse.Namespace) -> int:
+    paths = find_root()
+    name = args.profile or default_profile(paths)
+    report = verify.verify_profile(
+        paths, name, Cache(args.cache or default_root()), offline=args.offline, quiet=args.quiet, jobs=args.jobs
+    )
+    target = verify.report_path(paths, name)
+    if args.check_committed:
+        committed = json.loads(target.read_text()) if target.exists() else None
+        if committed != report.to_json():
+            raise CheckFailed(
+                f"{target} does not match this run's report", hint=f"re-run `verlenv verify --profile {name}`"
+            )
+    elif not args.no_write:
+        verify.write_report(report, target)
+    if args.json:
+        print_json({"report": report.to_json()})
+    else:
+        print(verify.render(report, verbose=args.verbose))
+        times = ", ".join(f"{k} {v:.1f}s" for k, v in report.timings.items())
+        print(f"times: {times}; report: {target if not args.no_write else '(not written)'}")
+    return 0 if report.ok else CheckFailed.exit_code

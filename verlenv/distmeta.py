@@ -1,0 +1,63 @@
+"""Core metadata (name, version, Requires-Dist, Requires-Python) of wheels, sdists and installs."""
+
+from __future__ import annotations
+
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verlenv.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistMeta:
+    name: str
+    version: str
+    requires_dist: tuple[str, ...]
+    requires_python: str = ""
+    dynamic_requires: bool = False  # an sdist whose PKG-INFO does not list its requirements
+
+    @classmethod
+    def parse(cls, text: str, *, sdist: bool = False) -> DistMeta:
+        msg = HeaderParser().parsestr(text)
+        dynamic = [d.lower() for d in msg.get_all("Dynamic") or []]
+        old_sdist = sdist and msg.get("Metadata-Version", "1.0") < "2.2"
+        return cls(
+            name=canonicalize_name(msg["Name"] or ""),
+            version=msg["Version"] or "",
+            requires_dist=tuple(msg.get_all("Requires-Dist") or ()),
+            requires_python=msg.get("Requires-Python") or "",
+            dynamic_requires=sdist and ("requires-dist" in dynamic or old_sdist),
+        )
+
+
+def read_wheel_meta(path: Path) -> DistMeta:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            member = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+            return DistMeta.parse(archive.read(member).decode("utf-8", "replace"))
+    except (zipfile.BadZipFile, StopIteration, OSError) as exc:
+        raise ConfigError(f"{path.name}: cannot read its METADATA ({type(exc).__name__})") from None
+
+
+def read_sdist_meta(path: Path) -> DistMeta:
+    try:
+        if path.name.endswith(".zip"):
+            with zipfile.ZipFile(path) as archive:
+                member = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/PKG-INFO"))
+                return DistMeta.parse(archive.read(member).decode("utf-8", "replace"), sdist=True)
+        with tarfile.open(path) as archive:
+            info = next(m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+            handle = archive.extractfile(info)
+            assert handle is not None
+            return DistMeta.parse(handle.read().decode("utf-8", "replace"), sdist=True)
+    except (tarfile.TarError, zipfile.BadZipFile, StopIteration, OSError, AssertionError) as exc:
+        raise ConfigError(f"{path.name}: cannot read its PKG-INFO ({type(exc).__name__})") from None
+
+
+def read_meta(path: Path) -> DistMeta:
+    return read_wheel_meta(path) if path.name.endswith(".whl") else read_sdist_meta(path)
