@@ -13,6 +13,7 @@ from an installed site-packages. Rules, for every shared object that NEEDs libto
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -72,11 +73,13 @@ class ObjectVerdict:
     findings: tuple[Finding, ...]
     abi: str  # "cxx11" | "pre-cxx11" | "unknown"
     checked_symbols: int
-    excused_by: str = ""  # a passing build of the same object (another torch/FFmpeg version) that loads instead
+    # Why the findings do not fail the check: another build of the same object loads instead,
+    # or the profile waives this object with a stated reason.
+    excused: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.findings or bool(self.excused_by)
+        return not self.findings or bool(self.excused)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,17 @@ def check_objects(
     return sorted(_excuse_alternatives(verdicts), key=lambda v: (v.owner, v.path))
 
 
+def apply_waivers(verdicts: list[ObjectVerdict], waivers: Iterable[tuple[str, str]]) -> list[ObjectVerdict]:
+    """Excuse failing objects whose path matches a profile waiver (glob, reason)."""
+    result = []
+    for verdict in verdicts:
+        reason = next((why for pattern, why in waivers if fnmatch.fnmatchcase(verdict.path, pattern)), "")
+        if verdict.findings and not verdict.excused and reason:
+            verdict = replace(verdict, excused=f"waived by the profile: {reason}")
+        result.append(verdict)
+    return result
+
+
 def variant_key(verdict: ObjectVerdict) -> tuple[str, str]:
     """Objects of one package that differ only in numbers are alternative builds of one thing.
 
@@ -153,7 +167,7 @@ def _excuse_alternatives(verdicts: list[ObjectVerdict]) -> list[ObjectVerdict]:
         passing = [m for m in members if not m.findings]
         for member in members:
             if member.findings and len(members) > 1 and passing:
-                member = replace(member, excused_by=passing[-1].path)
+                member = replace(member, excused=f"alternative build; {passing[-1].path} is the one that loads here")
             result.append(member)
     return result
 

@@ -47,7 +47,9 @@ PROFILE_FIELDS = {
     "requirements": Field(list, required=True, item=dict),
     "layers": Field(dict, required=True),
     "sources": Field(dict),
+    "waivers": Field(list, item=dict),
 }
+WAIVER_FIELDS = {"object": Field(str, required=True), "why": Field(str, required=True)}
 REQUIREMENT_FIELDS = {"spec": Field(str, required=True), "why": Field(str, required=True)}
 LAYER_FIELDS = {name: Field(list, item=str) for name in DECLARED_LAYERS}
 SOURCE_FIELDS = {
@@ -103,6 +105,7 @@ class Profile:
     requirements: tuple[PinnedRequirement, ...]
     layers: tuple[tuple[str, tuple[str, ...]], ...]
     sources: Sources
+    waivers: tuple[tuple[str, str], ...] = ()  # (glob over a shared object's path, reason) for verify
 
     @property
     def is_cpu(self) -> bool:
@@ -199,6 +202,7 @@ def parse_profile(path: Path, bases: dict[str, Base]) -> Profile:
         requirements=requirements,
         layers=_parse_layers(data["layers"], path),
         sources=_parse_sources(data.get("sources", {}), path),
+        waivers=_parse_waivers(data.get("waivers", []), path),
     )
 
 
@@ -318,3 +322,13 @@ def _parse_sources(table: dict[str, Any], path: Path) -> Sources:
         find_links=tuple(table.get("find_links", ())),
         extra_index_urls=tuple(table.get("extra_index_urls", ())),
     )
+
+
+def _parse_waivers(items: list[dict[str, Any]], path: Path) -> tuple[tuple[str, str], ...]:
+    waivers = []
+    for index, table in enumerate(items):
+        check_table(table, WAIVER_FIELDS, path, f"waivers[{index}]")
+        if not table["why"].strip():
+            raise ConfigError(f"{path}: 'waivers[{index}].why' is empty; a waiver must say why the object may fail")
+        waivers.append((table["object"], table["why"]))
+    return tuple(waivers)

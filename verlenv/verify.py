@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv import atomic
-from verlenv.abicheck import BaseFacts, ObjectVerdict, TorchFacts, check_objects, torch_facts
+from verlenv.abicheck import BaseFacts, ObjectVerdict, TorchFacts, apply_waivers, check_objects, torch_facts
 from verlenv.cache import Cache
 from verlenv.distmeta import DistMeta, read_meta
 from verlenv.errors import CheckFailed
@@ -77,7 +77,7 @@ def _verdict_json(verdict: ObjectVerdict) -> dict[str, Any]:
         "owner": verdict.owner,
         "path": verdict.path,
         "ok": verdict.ok,
-        "excused_by": verdict.excused_by,
+        "excused": verdict.excused,
         "needs": list(verdict.torch_needs),
         "abi": verdict.abi,
         "torch_symbols": verdict.checked_symbols,
@@ -132,6 +132,7 @@ def verify_wheelhouse(
         if torch
         else []
     )
+    verdicts = apply_waivers(verdicts, profile.waivers)
     timings["elf"] = time.monotonic() - started
     return VerifyReport(
         profile=profile.name,
@@ -197,20 +198,20 @@ def _render_elf(report: VerifyReport, verbose: bool) -> list[str]:
     if report.torch is None:
         return ["elf: no torch in the lock; nothing links libtorch"]
     bad = [v for v in report.objects if not v.ok]
-    excused = [v for v in report.objects if v.excused_by]
+    excused = [v for v in report.objects if v.excused]
     lines = [
         f"elf: torch {report.torch.version} ({report.torch.abi} ABI); {len(report.objects)} extension(s) link it, "
-        f"{len(bad)} failing, {len(excused)} alternative build(s) not used here"
+        f"{len(bad)} failing, {len(excused)} excused (alternative builds not used here, or waived by the profile)"
     ]
     for verdict in report.objects:
         if verdict.ok and not verbose:
             continue
-        state = "FAIL" if not verdict.ok else "SKIP" if verdict.excused_by else "OK  "
+        state = "FAIL" if not verdict.ok else "SKIP" if verdict.excused else "OK  "
         lines.append(
             f"  {state}  {verdict.owner}  {verdict.path}  ({verdict.checked_symbols} torch symbols, {verdict.abi})"
         )
-        if verdict.excused_by:
-            lines.append(f"        alternative build; {verdict.excused_by} is the one that loads with this torch/base")
+        if verdict.excused:
+            lines.append(f"        {verdict.excused}")
             continue
         for finding in verdict.findings:
             lines.append(f"        {finding.kind}: {finding.message}")

@@ -9,6 +9,7 @@ that names the file and both hashes, with the bad bytes deleted.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import sys
 import tempfile
@@ -196,6 +197,17 @@ def _spec_name(spec: str) -> str:
 
 
 def _download(item: IndexFile, dist: LockedDist, cache: Cache, progress: Progress) -> HouseFile:
+    # One writer per file across processes: two verifies sharing a cache must not interleave bytes.
+    with (cache.tmp / f"{item.sha256}.lock").open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        done = cache.cached_file(item.sha256)
+        if done is not None:
+            progress.add(files=1)
+            return HouseFile(dist.name, dist.version, done.name, item.sha256, done)
+        return _download_locked(item, dist, cache, progress)
+
+
+def _download_locked(item: IndexFile, dist: LockedDist, cache: Cache, progress: Progress) -> HouseFile:
     part = cache.tmp / f"{item.sha256}.part"
     offset = part.stat().st_size if part.exists() else 0
     digest = hashlib.sha256()

@@ -39,15 +39,22 @@ class FakeProject:
     name: str = "fake"
 
 
-def make_project(root: Path, wheels: list[Path], *, glibc: str = "2.36", requirements: list[str] | None = None,
-                 cache_them: bool = True) -> FakeProject:
+def make_project(
+    root: Path,
+    wheels: list[Path],
+    *,
+    glibc: str = "2.36",
+    requirements: list[str] | None = None,
+    cache_them: bool = True,
+) -> FakeProject:
     images = root / "images" / "profiles"
     images.mkdir(parents=True)
     (root / "lockfiles").mkdir()
     libs = ", ".join(f'"{lib}"' for lib in BASE_LIBS)
     (root / "images" / "bases.toml").write_text(
         f'[bases."fixture-base"]\nkind = "debootstrap"\nimage = "x"\npython = "3.11"\nglibc = "{glibc}"\n'
-        f'glibcxx = "3.4.30"\nlibraries = [{libs}]\n')
+        f'glibcxx = "3.4.30"\nlibraries = [{libs}]\n'
+    )
     reqs = requirements if requirements is not None else [_pin(w) for w in wheels]
     block = "".join(f'[[requirements]]\nspec = "{r}"\nwhy = "fixture"\n\n' for r in reqs)
     (images / "fake.toml").write_text(PROFILE.format(requirements=block))

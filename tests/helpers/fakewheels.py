@@ -76,9 +76,14 @@ def build_wheel(dest: Path, name: str, version: str, files: dict[str, bytes], re
     """A valid wheel (METADATA, WHEEL, RECORD) holding ``files``."""
     tag = "cp311-cp311-manylinux_2_17_x86_64"
     dist_info = f"{name}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    entries = {**files, f"{dist_info}/METADATA": meta.encode(),
-               f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()}
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    entries = {
+        **files,
+        f"{dist_info}/METADATA": meta.encode(),
+        f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+    }
     record = "".join(f"{p},sha256={_b64(d)},{len(d)}\n" for p, d in entries.items()) + f"{dist_info}/RECORD,,\n"
     entries[f"{dist_info}/RECORD"] = record.encode()
     path = dest / f"{name}-{version}-{tag}.whl"
@@ -99,23 +104,44 @@ def build_pair(work: Path, variant: Variant) -> tuple[Path, Path]:
     work.mkdir(parents=True, exist_ok=True)
     c10 = compile_so(work / "libc10.so", C10, variant.torch_abi, soname="libc10.so")
     extra = "int mul(int a, int b) { return a * b; }" if variant.torch_has_mul else ""
-    torch_cpu = compile_so(work / "libtorch_cpu.so", TORCH_CPU % {"extra": extra}, variant.torch_abi,
-                           libs=[c10], soname="libtorch_cpu.so")
+    torch_cpu = compile_so(
+        work / "libtorch_cpu.so", TORCH_CPU % {"extra": extra}, variant.torch_abi, libs=[c10], soname="libtorch_cpu.so"
+    )
     libs = [c10, torch_cpu]
     missing_decl = missing_use = ""
     if variant.ext_needs_missing_lib:
-        stub = compile_so(work / "libvendor_missing.so", 'extern "C" int vendor_fn() { return 1; }', 1,
-                          soname="libvendor_missing.so")
+        stub = compile_so(
+            work / "libvendor_missing.so", 'extern "C" int vendor_fn() { return 1; }', 1, soname="libvendor_missing.so"
+        )
         libs.append(stub)
         missing_decl, missing_use = 'extern "C" int vendor_fn();', "x += vendor_fn();"
-    pthread = "pthread_t t; if (x < -1000) pthread_create(&t, nullptr, nullptr, nullptr);" if variant.ext_uses_pthread else ""
+    pthread = (
+        "pthread_t t; if (x < -1000) pthread_create(&t, nullptr, nullptr, nullptr);" if variant.ext_uses_pthread else ""
+    )
     # Heap-allocated mul forces a c10::Error ctor reference in the chosen string ABI.
-    ext = compile_so(work / "_C.so", EXT % {"extern_missing": missing_decl, "use_pthread": pthread,
-                                            "use_missing": missing_use}, variant.ext_abi, libs=libs)
-    torch_wheel = build_wheel(work, "torch", "2.6.0", {"torch/__init__.py": b"", "torch/lib/libc10.so": c10.read_bytes(),
-                                                       "torch/lib/libtorch_cpu.so": torch_cpu.read_bytes()})
-    ext_wheel = build_wheel(work, "fakeext", "1.0", {"fakeext/__init__.py": b"", "fakeext/_C.so": ext.read_bytes()},
-                            requires=["torch==2.6.0"])
+    ext = compile_so(
+        work / "_C.so",
+        EXT % {"extern_missing": missing_decl, "use_pthread": pthread, "use_missing": missing_use},
+        variant.ext_abi,
+        libs=libs,
+    )
+    torch_wheel = build_wheel(
+        work,
+        "torch",
+        "2.6.0",
+        {
+            "torch/__init__.py": b"",
+            "torch/lib/libc10.so": c10.read_bytes(),
+            "torch/lib/libtorch_cpu.so": torch_cpu.read_bytes(),
+        },
+    )
+    ext_wheel = build_wheel(
+        work,
+        "fakeext",
+        "1.0",
+        {"fakeext/__init__.py": b"", "fakeext/_C.so": ext.read_bytes()},
+        requires=["torch==2.6.0"],
+    )
     return torch_wheel, ext_wheel
 
 

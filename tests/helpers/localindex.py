@@ -20,7 +20,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:  # keep test output clean
         return
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         parts = [p for p in self.path.split("/") if p]
         if len(parts) == 2 and parts[0] == "simple":
             return self._project(parts[1])

@@ -24,10 +24,18 @@ def test_version_conflict_and_absent_dist_are_reported() -> None:
 
 
 def test_markers_are_evaluated_for_the_target_not_the_host() -> None:
-    metas = {"a": _meta("a", "1.0", "winonly; sys_platform == 'win32'", "armonly; platform_machine == 'aarch64'",
-                        "old; python_version < '3.10'", "needed; python_version >= '3.11'")}
+    metas = {
+        "a": _meta(
+            "a",
+            "1.0",
+            "winonly; sys_platform == 'win32'",
+            "armonly; platform_machine == 'aarch64'",
+            "old; python_version < '3.10'",
+            "needed; python_version >= '3.11'",
+        )
+    }
     found = {v.render() for v in check_requirements(metas, [Requirement("a")], "3.11", "x86_64-manylinux_2_36")}
-    assert found == {"a requires needed; python_version >= \"3.11\": not in the lock"}
+    assert found == {'a requires needed; python_version >= "3.11": not in the lock'}
 
 
 def test_extras_propagate_transitively() -> None:
@@ -39,7 +47,7 @@ def test_extras_propagate_transitively() -> None:
         "protobuf": _meta("protobuf", "4"),
     }
     found = {v.render() for v in check_requirements(metas, [Requirement("top")], "3.11", "x86_64-manylinux_2_36")}
-    assert found == {"grpcio requires protobuf>=5; extra == \"extra1\": the lock has protobuf 4"}
+    assert found == {'grpcio requires protobuf>=5; extra == "extra1": the lock has protobuf 4'}
 
 
 def test_without_the_extra_its_requirements_do_not_count() -> None:

@@ -13,8 +13,15 @@ from tests.helpers.fakewheels import Variant, build_pair, build_wheel
 from verlenv.cli import main
 
 
-def _verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variant: Variant,
-            *, glibc: str = "2.36", extra: list[Path] = ()) -> tuple[int, dict, str]:  # type: ignore[assignment,type-arg]
+def _verify(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variant: Variant,
+    *,
+    glibc: str = "2.36",
+    extra: list[Path] = (),
+) -> tuple[int, dict, str]:  # type: ignore[assignment,type-arg]
     torch, ext = build_pair(tmp_path / "build", variant)
     project = make_project(tmp_path / "project", [torch, ext, *extra], glibc=glibc)
     monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
@@ -57,7 +64,7 @@ def test_library_missing_one_symbol_fails_and_names_it(tmp_path, monkeypatch, ca
 
 
 def test_other_cxx_abi_fails_and_names_the_abi(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(ext_abi=0))
+    code, report, _text = _verify(tmp_path, monkeypatch, capsys, Variant(ext_abi=0))
     assert code == 1
     kinds = {f["kind"]: f for f in _ext(report)["findings"]}
     assert set(kinds) == {"missing-symbols", "abi-mismatch"}
@@ -84,8 +91,12 @@ def test_dt_needed_shipped_by_another_wheel_is_fine(tmp_path, monkeypatch, capsy
     build = tmp_path / "vendor"
     build.mkdir()
     torch, ext = build_pair(tmp_path / "b0", Variant(ext_needs_missing_lib=True))
-    vendor = build_wheel(build, "nvidia_vendor", "1.0",
-                         {"nvidia/vendor/lib/libvendor_missing.so": (tmp_path / "b0" / "libvendor_missing.so").read_bytes()})
+    vendor = build_wheel(
+        build,
+        "nvidia_vendor",
+        "1.0",
+        {"nvidia/vendor/lib/libvendor_missing.so": (tmp_path / "b0" / "libvendor_missing.so").read_bytes()},
+    )
     project = make_project(tmp_path / "p", [torch, ext, vendor])
     monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
     assert main(["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q"]) == 0
@@ -104,10 +115,13 @@ def test_same_binary_on_a_new_enough_base_passes(tmp_path, monkeypatch, capsys) 
     assert code == 0
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    (b"this is a text file, not a library\n", "not an ELF file (bad magic number)"),
-    (b"\x7fELF" + b"\x02\x01\x01" + b"\x00" * 9 + b"garbage" * 3, "not a readable ELF shared object"),
-])
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"this is a text file, not a library\n", "not an ELF file (bad magic number)"),
+        (b"\x7fELF" + b"\x02\x01\x01" + b"\x00" * 9 + b"garbage" * 3, "not a readable ELF shared object"),
+    ],
+)
 def test_broken_shared_objects_are_reported_not_raised(tmp_path, monkeypatch, capsys, content, expected) -> None:  # type: ignore[no-untyped-def]
     bad = build_wheel(tmp_path, "brokenpkg", "1.0", {"brokenpkg/_native.so": content})
     code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(), extra=[bad])
@@ -117,7 +131,7 @@ def test_broken_shared_objects_are_reported_not_raised(tmp_path, monkeypatch, ca
 
 
 def test_truncated_real_library_is_reported(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    torch, _ = build_pair(tmp_path / "b1", Variant())
+    _torch, _ = build_pair(tmp_path / "b1", Variant())
     real = (tmp_path / "b1" / "libc10.so").read_bytes()
     bad = build_wheel(tmp_path, "brokenpkg", "1.0", {"brokenpkg/_trunc.so": real[: len(real) // 3]})
     code, report, _ = _verify(tmp_path, monkeypatch, capsys, Variant(), extra=[bad])

@@ -19,8 +19,10 @@ from verlenv.wheelhouse import choose, fill, target_tags
 def wheels(tmp_path: Path) -> list[Path]:
     folder = tmp_path / "index"
     folder.mkdir()
-    return [build_wheel(folder, "alpha", "1.0", {"alpha/__init__.py": b"a" * 300_000}),
-            build_wheel(folder, "beta", "2.0", {"beta/__init__.py": b"b"}, requires=["alpha>=1"])]
+    return [
+        build_wheel(folder, "alpha", "1.0", {"alpha/__init__.py": b"a" * 300_000}),
+        build_wheel(folder, "beta", "2.0", {"beta/__init__.py": b"b"}, requires=["alpha>=1"]),
+    ]
 
 
 def _fill(project, **kw):  # type: ignore[no-untyped-def]
@@ -96,11 +98,14 @@ def test_choose_prefers_the_best_wheel_for_the_platform() -> None:
     from verlenv.lockfile import LockedDist
 
     tags = target_tags("3.11", "x86_64-manylinux_2_36")
-    files = [IndexFile("x-1.0.tar.gz", "u", "a"), IndexFile("x-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "u", "b"),
-             IndexFile("x-1.0-cp311-cp311-manylinux_2_39_x86_64.whl", "u", "c"),
-             IndexFile("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "u", "d"),
-             IndexFile("x-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "u", "e"),
-             IndexFile("x-1.0-cp311-cp311-manylinux_2_28_aarch64.whl", "u", "f")]
+    files = [
+        IndexFile("x-1.0.tar.gz", "u", "a"),
+        IndexFile("x-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "u", "b"),
+        IndexFile("x-1.0-cp311-cp311-manylinux_2_39_x86_64.whl", "u", "c"),
+        IndexFile("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "u", "d"),
+        IndexFile("x-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "u", "e"),
+        IndexFile("x-1.0-cp311-cp311-manylinux_2_28_aarch64.whl", "u", "f"),
+    ]
     dist = LockedDist("x", "1.0", ("a", "b", "c", "d", "e", "f"))
     assert choose(dist, files, tags).filename == "x-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     only_sdist = LockedDist("x", "1.0", ("a", "c"))
