@@ -40,6 +40,13 @@ def lock(session: nox.Session) -> None:
 
 
 @nox.session
+def verify(session: nox.Session) -> None:
+    """ABI-verify a profile's locked wheels (`-- --profile NAME`; `-- --check-committed` to compare reports)."""
+    session.install("-e", BUILD)
+    session.run("verlenv", "verify", *session.posargs)
+
+
+@nox.session
 def services(session: nox.Session) -> None:
     """Install and start dockerd, debootstrap and (with `-- --registry`) a loopback registry."""
     session.install("-e", BUILD)

@@ -15,11 +15,14 @@ import resource
 import shutil
 import tempfile
 import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from verlenv.abicheck import BaseFacts, check_objects, torch_facts
 from verlenv.cache import Cache, default_root
 from verlenv.lockfile import read_lock
+from verlenv.objscan import is_shared_object
 from verlenv.paths import find_root
 from verlenv.profile import load_profile
 from verlenv.verify import verify_profile
@@ -30,6 +33,11 @@ from verlenv.wheelscan import scan_wheel
 def _linked_cache(source: Cache, into: Path) -> Cache:
     shutil.copytree(source.root / "files", into / "files", copy_function=os.link)
     return Cache(into)
+
+
+def _members(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as archive:
+        return archive.namelist()
 
 
 def _timed(label: str, func):  # type: ignore[no-untyped-def]
@@ -53,13 +61,18 @@ def main() -> None:
         cache = _linked_cache(shared, Path(tmp) / "pair")
         house = fill(profile, lock, cache, offline=True, quiet=True)
         torch_file, vllm_file = house.get("torch"), house.get("vllm")
+        names = [
+            n.rsplit("/", 1)[-1] for f in house.files if f.is_wheel for n in _members(f.path) if is_shared_object(n)
+        ]
         if torch_file and vllm_file:
 
             def pair():  # type: ignore[no-untyped-def]
-                objects = [o for f in (torch_file, vllm_file) for o in scan_wheel(f, cache).objects]
+                with ThreadPoolExecutor() as pool:  # as verify does: both wheels at once
+                    scans = list(pool.map(lambda f: scan_wheel(f, cache), (torch_file, vllm_file)))
+                objects = [o for s in scans for o in s.objects]
                 torch = torch_facts(torch_file.version, objects)
                 base = BaseFacts(frozenset(profile.base.libraries), profile.base.glibc, profile.base.glibcxx)
-                return check_objects(objects, torch, base, {})
+                return check_objects(objects, torch, base, {}, other_names=names)
 
             verdicts, _ = _timed(f"pair vllm {vllm_file.version} x torch {torch_file.version}, cold", pair)
             _timed(f"pair vllm {vllm_file.version} x torch {torch_file.version}, warm", pair)

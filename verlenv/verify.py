@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +123,8 @@ def verify_wheelhouse(
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
     timings["metadata"] = time.monotonic() - started
     started = time.monotonic()
-    scans = [scan_wheel(f, cache) for f in house.files if f.is_wheel]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        scans = list(pool.map(lambda f: scan_wheel(f, cache), [f for f in house.files if f.is_wheel]))
     objects = [o for s in scans for o in s.objects]
     torch_version = lock.version_of("torch")
     torch = torch_facts(torch_version, objects) if torch_version else None

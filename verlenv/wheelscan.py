@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from verlenv.abicheck import SharedObject
 from verlenv.cache import Cache
 from verlenv.elf import ElfInfo
+from verlenv.inflate import member_chunks
 from verlenv.objscan import SKIP_PREFIXES, ObjectError, is_shared_object, read_object
 from verlenv.wheelhouse import HouseFile
 
@@ -31,8 +34,12 @@ def scan_wheel(house: HouseFile, cache: Cache) -> WheelScan:
     if cached and cached.get("scan_version") == SCAN_VERSION:
         return _from_json(owner, cached)
     with zipfile.ZipFile(house.path) as archive:
-        members = [n for n in archive.namelist() if is_shared_object(n)]
-        results = [_read_member(archive, owner, m, cache) for m in members if not m.startswith(SKIP_PREFIXES)]
+        infos = sorted((i for i in archive.infolist() if is_shared_object(i.filename)), key=lambda i: -i.file_size)
+    members = [i.filename for i in infos]
+    wanted = [i for i in infos if not i.filename.startswith(SKIP_PREFIXES)]  # largest first: better packing
+    # Inflating is the cost (libtorch_cuda.so: ~5 s alone) and zlib releases the GIL: use every core.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda m: _read_member(house.path, owner, m, cache), wanted))
     scan = WheelScan(
         owner=owner,
         names=tuple(sorted({m.rsplit("/", 1)[-1] for m in members})),
@@ -44,13 +51,16 @@ def scan_wheel(house: HouseFile, cache: Cache) -> WheelScan:
     return scan
 
 
-def _read_member(archive: zipfile.ZipFile, owner: str, member: str, cache: Cache) -> SharedObject | ObjectError:
+def _read_member(wheel: Path, owner: str, member: zipfile.ZipInfo, cache: Cache) -> SharedObject | ObjectError:
     # pyelftools seeks all over the file: inflate to a temp file first, never into memory.
     with tempfile.TemporaryFile(dir=cache.tmp) as tmp:
-        with archive.open(member) as source:
-            shutil.copyfileobj(source, tmp, 1 << 20)
+        try:
+            for chunk in member_chunks(wheel, member):
+                tmp.write(chunk)
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            return ObjectError(owner, member.filename, f"cannot inflate from the wheel: {exc}")
         tmp.seek(0)
-        return read_object(owner, member, tmp)
+        return read_object(owner, member.filename, tmp)
 
 
 def _to_json(scan: WheelScan) -> dict:  # type: ignore[type-arg]

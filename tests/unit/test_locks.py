@@ -125,3 +125,16 @@ def test_resolve_failure_is_exit_4_with_uv_message(project: ProjectPaths, capsys
     assert main(["lock", "--profile", "tiny"]) == 4
     assert "uv pip compile for profile tiny failed" in capsys.readouterr().err
     assert not project.lock("tiny").exists()
+
+
+def test_committed_verify_reports_match_their_locks_and_pass(repo_paths: ProjectPaths) -> None:
+    import json
+
+    for name in profile_names(repo_paths):
+        report = json.loads((repo_paths.lockfiles / f"{name}.verify.json").read_text())
+        assert report["schema_version"] == 1 and report["profile"] == name
+        assert report["lock_sha256"] == read_lock(repo_paths.lock(name)).sha256, f"{name}: verify report is stale"
+        assert report["ok"] is True, name
+        assert report["metadata"]["ok"] and not report["unreadable"]
+        if name != "cpu-smoke":
+            assert any(e["owner"].startswith("vllm ") for e in report["extensions"]), name

@@ -150,3 +150,38 @@ def test_symbol_tables_are_cached_by_wheel_hash(tmp_path, monkeypatch, capsys) -
     first = json.loads(capsys.readouterr().out)["report"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["report"] == first
+
+
+def test_verify_refuses_a_stale_lock(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    torch, ext = build_pair(tmp_path / "build", Variant())
+    project = make_project(tmp_path / "project", [torch, ext])
+    profile = project.paths.profile("fake")
+    profile.write_text(profile.read_text().replace('snapshot = "2026-01-01"', 'snapshot = "2026-01-02"'))
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    assert main(["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root)]) == 1
+    assert "lock for fake is stale" in capsys.readouterr().err
+    assert not (project.paths.lockfiles / "fake.verify.json").exists()
+
+
+def test_check_committed_compares_with_the_written_report(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    torch, ext = build_pair(tmp_path / "build", Variant())
+    project = make_project(tmp_path / "project", [torch, ext])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    base = ["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q"]
+    assert main(base) == 0
+    assert main([*base, "--check-committed"]) == 0
+    report = project.paths.lockfiles / "fake.verify.json"
+    report.write_text(report.read_text().replace('"distributions": 2', '"distributions": 3'))
+    assert main([*base, "--check-committed"]) == 1
+    assert "does not match this run's report" in capsys.readouterr().err
+
+
+def test_metadata_violation_fails_verify(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    torch, _ = build_pair(tmp_path / "build", Variant())
+    needy = build_wheel(tmp_path, "needy", "1.0", {"needy/__init__.py": b""}, requires=["torch==2.7.0", "absent>=1"])
+    project = make_project(tmp_path / "project", [torch, needy])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    assert main(["verify", "--profile", "fake", "--offline", "--cache", str(project.cache.root), "-q", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)["report"]
+    problems = {(v["requirement"], v["problem"]) for v in report["metadata"]["violations"]}
+    assert problems == {("torch==2.7.0", "the lock has torch 2.6.0"), ("absent>=1", "not in the lock")}

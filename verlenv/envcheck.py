@@ -1,0 +1,83 @@
+"""The ELF ABI check over an installed environment (a site-packages directory).
+
+The same engine as `verlenv verify`, fed from files on disk instead of wheels; `verlenv doctor`
+runs it inside containers. Core module: standard library, packaging and pyelftools only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PathDistribution
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from verlenv.abicheck import BaseFacts, ObjectVerdict, SharedObject, TorchFacts, check_objects, torch_facts
+from verlenv.objscan import ObjectError, scan_site_packages
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    torch: TorchFacts | None
+    verdicts: tuple[ObjectVerdict, ...]
+    errors: tuple[ObjectError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(v.ok for v in self.verdicts)
+
+
+def installed(site: Path) -> dict[str, PathDistribution]:
+    """name -> distribution for every *.dist-info in ``site`` (the last one wins on duplicates)."""
+    found = {}
+    for info in sorted(site.glob("*.dist-info")):
+        dist = PathDistribution(info)
+        name = dist.metadata["Name"]
+        if name:
+            found[canonicalize_name(name)] = dist
+    return found
+
+
+def owners(site: Path, dists: dict[str, PathDistribution]) -> dict[str, str]:
+    """Top-level directory -> 'name version', from each distribution's RECORD."""
+    result = {}
+    for name, dist in dists.items():
+        for entry in dist.files or ():
+            top = Path(str(entry)).parts[0]
+            if not top.endswith((".dist-info", "..")) and "/" not in top:
+                result.setdefault(top, f"{name} {dist.version}")
+    return result
+
+
+def torch_pins(dists: dict[str, PathDistribution]) -> dict[str, str]:
+    pins = {}
+    for name, dist in dists.items():
+        for text in dist.requires or ():
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            exact = [s.version for s in req.specifier if s.operator == "=="]
+            if canonicalize_name(req.name) == "torch" and len(exact) == 1 and req.marker is None:
+                pins[name] = exact[0]
+    return pins
+
+
+def check_site(site: Path, base: BaseFacts) -> EnvReport:
+    dists = installed(site)
+    owner_of = owners(site, dists)
+    objects: list[SharedObject] = []
+    errors: list[ObjectError] = []
+    for item in scan_site_packages(site):
+        owner = owner_of.get(item.path.split("/", 1)[0], item.owner)
+        if isinstance(item, ObjectError):
+            errors.append(ObjectError(owner, item.path, item.error))
+        else:
+            objects.append(SharedObject(owner, item.path, item.info))
+    torch = dists.get("torch")
+    if torch is None:
+        return EnvReport(None, (), tuple(errors))
+    facts = torch_facts(torch.version, objects)
+    verdicts = check_objects(objects, facts, base, torch_pins(dists))
+    return EnvReport(facts, tuple(verdicts), tuple(errors))
