@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import ResolutionError
+from verlenv.tools import pip_command
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
@@ -41,17 +42,26 @@ def default_index_url() -> str:
 
 @lru_cache(maxsize=1)
 def _pip_index_url() -> str:
-    probe = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True, check=False
-    )
+    """pip's configured index-url, else pip's built-in default: this code names no index host."""
+    pip = pip_command()
+    probe = subprocess.run([*pip, "config", "get", "global.index-url"], capture_output=True, text=True, check=False)
     if probe.returncode == 0 and probe.stdout.strip():
         return probe.stdout.strip()
-    try:
-        from pip._internal.models.index import PyPI  # pip's own default, so this code names no host
+    python = pip[0] if len(pip) > 1 else _shebang(Path(pip[0]))
+    default = subprocess.run(
+        [python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if default.returncode == 0 and default.stdout.strip():
+        return default.stdout.strip()
+    raise ResolutionError("no package index configured", hint="set VERLENV_INDEX_URL (or PIP_INDEX_URL)")
 
-        return str(PyPI.simple_url)
-    except ImportError:
-        raise ResolutionError("no package index configured", hint="set VERLENV_INDEX_URL") from None
+
+def _shebang(script: Path) -> str:
+    first = script.read_text(errors="replace").splitlines()[0] if script.exists() else ""
+    return first[2:].strip().split()[0] if first.startswith("#!") else sys.executable
 
 
 class _Anchors(HTMLParser):

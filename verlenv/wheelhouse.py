@@ -141,7 +141,7 @@ def fill(
         raise ResolutionError(
             f"offline, and {len(missing)} locked file(s) are not cached: " + ", ".join(d.pin for d in missing[:10])
         )
-    plans = _plan(profile, missing, tags, jobs)
+    plans = _plan(profile, missing, tags, jobs) if missing else []
     progress = Progress(len(plans), sum(p.size for p, _ in plans), quiet)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for dist, house in zip(
