@@ -1,0 +1,292 @@
+"""Stale artifacts in an installed environment and in compile caches (core; runs in containers).
+
+Findings, each with a reason: files under a package's directory that no installed RECORD lists
+(leftovers of an in-place upgrade), duplicate *.dist-info for one distribution, .pth / editable
+finders that shadow an installed package, orphan __pycache__ entries, and compile caches written
+by another version of torch / vLLM / Triton / flashinfer. Deletion only with apply=True, never of
+a RECORDed file, never through a symlink, never outside the environment and the named caches.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+STAMP = ".verlenv-stamp.json"
+
+
+@dataclass(frozen=True)
+class Stale:
+    path: Path
+    kind: str  # unrecorded | duplicate-dist-info | shadowing-pth | orphan-bytecode | foreign-cache | unreadable
+    reason: str
+    fix: str
+    removable: bool = True
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    name: str
+    version: str
+    path: Path
+    files: frozenset[str]  # RECORD paths, relative to site-packages, normalised
+    hashes: dict[str, str]
+
+
+def _norm(site: Path, rel: str) -> str:
+    return os.path.normpath(rel).replace(os.sep, "/")
+
+
+def read_dist_infos(site: Path) -> list[DistInfo]:
+    infos = []
+    for folder in sorted(site.glob("*.dist-info")):
+        meta = folder / "METADATA"
+        name = version = ""
+        if meta.exists():
+            for line in meta.read_text(errors="replace").splitlines():
+                if line.startswith("Name:") and not name:
+                    name = line[5:].strip()
+                elif line.startswith("Version:") and not version:
+                    version = line[8:].strip()
+                elif not line.strip():
+                    break
+        files, hashes = _record(site, folder)
+        infos.append(DistInfo(canonicalize_name(name or folder.name.split("-")[0]), version, folder, files, hashes))
+    return infos
+
+
+def _record(site: Path, folder: Path) -> tuple[frozenset[str], dict[str, str]]:
+    record = folder / "RECORD"
+    files: set[str] = set()
+    hashes: dict[str, str] = {}
+    if not record.exists():
+        return frozenset(), hashes
+    with record.open(newline="", errors="replace") as handle:
+        for row in csv.reader(handle):
+            if not row:
+                continue
+            rel = _norm(site, row[0])
+            files.add(rel)
+            if len(row) > 1 and row[1].startswith("sha256="):
+                hashes[rel] = row[1][7:]
+    return frozenset(files), hashes
+
+
+def find_stale(
+    site: Path, cache_roots: dict[str, Path] | None = None, versions: dict[str, str] | None = None
+) -> list[Stale]:
+    site = site.resolve()
+    infos = read_dist_infos(site)
+    recorded = frozenset().union(*(i.files for i in infos)) if infos else frozenset()
+    found = [*_duplicates(site, infos), *_unrecorded(site, infos, recorded), *_shadowing(site, infos)]
+    for tool, root in (cache_roots or {}).items():
+        found += _foreign_cache(tool, root, versions or {})
+    return sorted(found, key=lambda s: (s.kind, str(s.path)))
+
+
+def _top_levels(infos: list[DistInfo]) -> dict[str, DistInfo]:
+    owners: dict[str, DistInfo] = {}
+    for info in infos:
+        for rel in info.files:
+            top = rel.split("/", 1)[0]
+            if "/" in rel and not top.endswith((".dist-info", ".data")) and top not in ("..", "__pycache__"):
+                owners.setdefault(top, info)
+    return owners
+
+
+def _unrecorded(site: Path, infos: list[DistInfo], recorded: frozenset[str]) -> Iterator[Stale]:
+    for top, owner in sorted(_top_levels(infos).items()):
+        folder = site / top
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for path in _walk(folder):
+            rel = path.relative_to(site).as_posix()
+            if rel in recorded:
+                continue
+            if path.parent.name == "__pycache__":
+                if not _source_of(path).exists():
+                    yield Stale(
+                        path,
+                        "orphan-bytecode",
+                        f"bytecode of {_source_of(path).name}, which no longer exists",
+                        "delete it (`verlenv clean --apply`)",
+                    )
+                continue
+            yield Stale(
+                path,
+                "unrecorded",
+                f"in {top}/ but not in the RECORD of {owner.name} {owner.version} (left by another version?)",
+                f"reinstall {owner.name} cleanly, or delete the leftovers (`verlenv clean --apply`)",
+            )
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+        for filename in filenames:
+            yield Path(dirpath) / filename
+
+
+def _source_of(pyc: Path) -> Path:
+    stem = pyc.name.split(".", 1)[0]
+    return pyc.parent.parent / f"{stem}.py"
+
+
+def _duplicates(site: Path, infos: list[DistInfo]) -> Iterator[Stale]:
+    by_name: dict[str, list[DistInfo]] = {}
+    for info in infos:
+        by_name.setdefault(info.name, []).append(info)
+    for name, group in by_name.items():
+        if len(group) < 2:
+            continue
+        scored = sorted(group, key=lambda i: _matching_files(site, i), reverse=True)
+        keep = scored[0]
+        for extra in scored[1:]:
+            yield Stale(
+                extra.path,
+                "duplicate-dist-info",
+                f"second dist-info for {name}: {extra.version} besides {keep.version}, whose RECORD matches "
+                "the files on disk; the version reported for this package can be either",
+                f"delete {extra.path.name} (`verlenv clean --apply`), then `pip install --force-reinstall "
+                f"{name}=={keep.version}` if anything is still wrong",
+            )
+
+
+def _matching_files(site: Path, info: DistInfo, sample: int = 50) -> int:
+    score = 0
+    for rel, digest in sorted(info.hashes.items())[:sample]:
+        path = site / rel
+        try:
+            actual = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+        except OSError:
+            continue
+        score += actual == digest
+    return score
+
+
+def _shadowing(site: Path, infos: list[DistInfo]) -> Iterator[Stale]:
+    installed_tops = set(_top_levels(infos))
+    names = {i.name for i in infos}
+    for pth in sorted(site.glob("*.pth")):
+        try:
+            lines = pth.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            yield Stale(pth, "unreadable", f"cannot read: {exc.strerror}", "check its permissions", removable=False)
+            continue
+        for line in lines:
+            hit = _shadowed(line, installed_tops, names)
+            if hit:
+                yield Stale(
+                    pth,
+                    "shadowing-pth",
+                    f"puts another copy of '{hit}' ahead of the installed one ({line.strip()[:80]})",
+                    f"remove the editable install (`pip uninstall` it) or delete {pth.name}",
+                )
+                break
+
+
+def _shadowed(line: str, tops: set[str], names: set[str]) -> str:
+    line = line.strip()
+    if not line or line.startswith("#"):
+        return ""
+    if line.startswith("import "):  # editable finders: __editable___pkg_1_0_finder
+        match = re.search(r"__editable___([A-Za-z0-9_]+?)_\d", line)
+        name = canonicalize_name(match.group(1)) if match else ""
+        return name if name.replace("-", "_") in tops else ""  # a real copy is installed too
+    folder = Path(line)
+    if folder.is_dir():
+        for top in tops:
+            if (folder / top).is_dir() or (folder / f"{top}.py").exists():
+                return top
+    return ""
+
+
+def _foreign_cache(tool: str, root: Path, versions: dict[str, str]) -> Iterator[Stale]:
+    if not root.is_dir() or root.is_symlink():
+        return
+    stamp = root / STAMP
+    if tool == "flashinfer":
+        yield from _flashinfer_versions(root, versions.get("flashinfer-python", ""))
+        return
+    if not stamp.exists():
+        return
+    try:
+        written = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        yield Stale(stamp, "foreign-cache", "unreadable verlenv stamp", f"delete {root}")
+        return
+    changed = {k: (v, versions.get(k, "")) for k, v in written.items() if versions.get(k, "") != v}
+    if changed:
+        what = ", ".join(f"{k} {old or '-'} -> {new or '-'}" for k, (old, new) in sorted(changed.items()))
+        yield Stale(
+            root,
+            "foreign-cache",
+            f"{tool} compile cache written under other versions ({what})",
+            f"delete it (`verlenv clean --apply`) or point {tool.upper()}_CACHE at a fresh directory",
+        )
+
+
+def _flashinfer_versions(root: Path, installed: str) -> Iterator[Stale]:
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and re.match(r"^\d+\.\d+", child.name) and installed and child.name != installed:
+            yield Stale(
+                child,
+                "foreign-cache",
+                f"flashinfer JIT cache of flashinfer {child.name}; installed is {installed}",
+                "delete it (`verlenv clean --apply`)",
+            )
+
+
+def write_stamp(root: Path, versions: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / STAMP).write_text(json.dumps(versions, sort_keys=True))
+
+
+def apply(found: list[Stale], site: Path, cache_roots: dict[str, Path]) -> list[Path]:
+    """Delete the removable findings; refuse anything outside the environment and cache roots."""
+    allowed = [site.resolve(), *(r.resolve() for r in cache_roots.values() if r.exists())]
+    leaving = {i.path.resolve() for i in found if i.kind == "duplicate-dist-info"}
+    kept = [i for i in read_dist_infos(site) if i.path.resolve() not in leaving] if site.exists() else []
+    recorded = frozenset().union(*(i.files for i in kept)) if kept else frozenset()
+    removed = []
+    for item in found:
+        if not item.removable:
+            continue
+        # Check containment without following a final symlink: a link is removed, never its target.
+        where = item.path.parent.resolve() / item.path.name
+        if not any(where == root or root in where.parents for root in allowed):
+            continue
+        if _holds_recorded(where, site.resolve(), recorded):
+            continue  # never delete a file that a kept distribution's RECORD lists
+        if item.path.is_dir() and not item.path.is_symlink():
+            shutil.rmtree(item.path)
+        else:
+            item.path.unlink(missing_ok=True)
+        removed.append(item.path)
+    return removed
+
+
+def _holds_recorded(path: Path, site: Path, recorded: frozenset[str]) -> bool:
+    if not path.is_relative_to(site):
+        return False
+    if path.is_dir() and not path.is_symlink():
+        return any(p.relative_to(site).as_posix() in recorded for p in _walk(path))
+    return path.relative_to(site).as_posix() in recorded
+
+
+def write_stamp_if_missing(root: Path, versions: dict[str, str]) -> None:
+    """Record which versions wrote this cache, so a later upgrade can be told apart."""
+    if not (root / STAMP).exists():
+        with contextlib.suppress(OSError):  # a read-only cache is fine: we just cannot vouch for it later
+            write_stamp(root, versions)

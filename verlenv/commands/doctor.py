@@ -1,0 +1,63 @@
+"""verlenv doctor: check this environment (inside an image, or any venv) and say how to fix it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from verlenv.doctor import render
+from verlenv.doctor.model import Facts, Status
+from verlenv.doctor.registry import CHECKS
+from verlenv.doctor.runner import run_checks
+from verlenv.errors import ConfigError
+from verlenv.suggest import did_you_mean
+
+NAME = "doctor"
+HELP = (
+    "Check this environment: drift from the image manifest, requirements, vLLM/verl/torch pins, the "
+    "ELF ABI of compiled extensions, import probes (in a subprocess, with a timeout), stale artifacts, "
+    "driver/GPU/NCCL, /dev/shm, environment traps and visible secrets. Exit 0: no check failed; 1: a "
+    "check failed or crashed (or warned, with --strict); 2: usage error; 3: doctor itself crashed."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--static", action="store_true", help="only checks that need no GPU or runtime mounts (build time)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="versioned JSON (schema: verlenv/schemas/doctor-1.schema.json)"
+    )
+    parser.add_argument("--strict", action="store_true", help="warnings fail too")
+    parser.add_argument("--skip", action="append", default=[], metavar="ID", help="skip a check by id (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument("--site", type=Path, help="site-packages to inspect (default: this interpreter's)")
+    parser.add_argument(
+        "--manifest", type=Path, help="image manifest (default: $VERLENV_MANIFEST or /opt/verlenv/manifest.json)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the import probe (default 60)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="all details and per-check timings")
+
+
+def execute(args: argparse.Namespace) -> int:
+    if args.list:
+        for check in CHECKS:
+            print(f"{check.id:<16} {'static ' if check.static else 'runtime'}  {check.title}")
+        return 0
+    ids = {c.id for c in CHECKS}
+    for skip in args.skip:
+        if skip not in ids:
+            raise ConfigError(
+                f"--skip {skip}: no such check", hint=did_you_mean(skip, ids) or "see `verlenv doctor --list`"
+            )
+    selected = [c for c in CHECKS if c.id not in args.skip and (c.static or not args.static)]
+    facts = Facts(site=args.site, manifest_file=args.manifest, probe_timeout=args.timeout)
+    outcomes = run_checks(selected, facts)
+    failing = {Status.FAIL, Status.CRASHED} | ({Status.WARN} if args.strict else set())
+    code = 1 if any(o.result.status in failing for o in outcomes) else 0
+    if args.json:
+        print(json.dumps(render.to_json(outcomes, "static" if args.static else "full", code), indent=2))
+    else:
+        print(render.to_table(outcomes, args.verbose))
+    return code

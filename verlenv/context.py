@@ -1,0 +1,107 @@
+"""The build context: rendered Dockerfile, per-layer wheels and hashed requirements, manifest.json."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from verlenv import __version__
+from verlenv.cache import CHUNK
+from verlenv.errors import IntegrityError
+from verlenv.manifest import Manifest
+from verlenv.profile import LAYER_ORDER, Profile
+from verlenv.wheelhouse import HouseFile
+
+VENV = "/opt/venv"
+
+
+@dataclass(frozen=True)
+class Context:
+    path: Path
+    manifest: Manifest
+    layers: dict[str, tuple[HouseFile, ...]]
+    size: int
+
+
+def source_date_epoch(exclude_newer: str) -> int:
+    """SOURCE_DATE_EPOCH from the lock's snapshot timestamp (e.g. 2026-09-25T00:00:00Z)."""
+    return int(dt.datetime.fromisoformat(exclude_newer.replace("Z", "+00:00")).timestamp())
+
+
+def group_layers(profile: Profile, files: list[HouseFile]) -> dict[str, tuple[HouseFile, ...]]:
+    layers: dict[str, list[HouseFile]] = {layer: [] for layer in LAYER_ORDER}
+    for house in files:
+        layers[profile.layer_of(house.name)].append(house)
+    return {layer: tuple(sorted(items, key=lambda h: h.name)) for layer, items in layers.items() if items}
+
+
+def assemble(
+    where: Path, profile: Profile, base_ref: str, files: list[HouseFile], manifest: Manifest, template: Path
+) -> Context:
+    """Write the context into ``where`` (emptied first); re-hash every file on the way in."""
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    layers = group_layers(profile, files)
+    size = 0
+    for layer, items in layers.items():
+        folder = where / "layers" / layer
+        folder.mkdir(parents=True)
+        for house in items:
+            size += _link_verified(house, folder / house.filename)
+        (folder / "requirements.txt").write_text(
+            "".join(f"{h.name}=={h.version} --hash=sha256:{h.sha256}\n" for h in items)
+        )
+    (where / "manifest.json").write_text(manifest.to_json())
+    (where / "Dockerfile").write_text(
+        render_dockerfile(template, profile.name, base_ref, list(layers), manifest.source_date_epoch)
+    )
+    return Context(where, manifest, layers, size)
+
+
+def _link_verified(house: HouseFile, target: Path) -> int:
+    digest = hashlib.sha256()
+    with house.path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != house.sha256:
+        raise IntegrityError(
+            f"{house.path}: sha256 is {digest.hexdigest()}, the lock says {house.sha256}; nothing was built or tagged",
+            hint="the cached wheel was altered; delete it and re-run `verlenv verify` to fetch it again",
+        )
+    try:
+        os.link(house.path, target)
+    except OSError:  # another filesystem: copy
+        shutil.copy2(house.path, target)
+    return target.stat().st_size
+
+
+# One builder step per layer: offline, hash-checked install into /layers/NAME, then byte-compile
+# with the final path recorded (-s/-p) and hash-based .pyc validation (mtimes do not matter).
+_BUILDER_STEP = """COPY layers/{layer}/ /wheels/{layer}/
+RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile \\
+        --no-warn-script-location --prefix {prefix} -r /wheels/{layer}/requirements.txt \\
+ && {venv}/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \\
+        -s {prefix} -p {venv} {prefix}"""
+_FINAL_STEP = "COPY --from=builder {prefix}/ {venv}/"
+
+
+def render_dockerfile(template: Path, profile: str, base_ref: str, layers: list[str], epoch: int) -> str:
+    steps = [{"layer": layer, "prefix": f"/layers/{layer}", "venv": VENV} for layer in layers]
+    return Template(template.read_text()).substitute(
+        profile=profile,
+        base=base_ref,
+        venv=VENV,
+        source_date_epoch=epoch,
+        builder_steps="\n".join(_BUILDER_STEP.format(**step) for step in steps),
+        final_steps="\n".join(_FINAL_STEP.format(**step) for step in steps),
+    )
+
+
+def verlenv_version() -> str:
+    return __version__

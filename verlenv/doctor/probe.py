@@ -1,0 +1,79 @@
+"""Import probes in a subprocess with a timeout: a broken torch or vLLM is reported, never fatal.
+
+One child process imports torch, reads CUDA / GPU / NCCL facts, and imports each compiled
+extension module it can find, recording for each the exception text instead of dying on it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+EXTENSIONS = (
+    "vllm._C",
+    "vllm._moe_C",
+    "vllm.cumem_allocator",
+    "vllm._flashmla_C",
+    "vllm.vllm_flash_attn._vllm_fa2_C",
+    "vllm.vllm_flash_attn._vllm_fa3_C",
+    "flash_attn_2_cuda",
+    "sgl_kernel",
+    "flashinfer",
+    "xformers._C",
+)
+
+_CHILD = r"""
+import importlib, importlib.util, json, sys
+out = {"torch": None, "modules": {}}
+try:
+    import torch
+    t = {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+         "arch_list": torch.cuda.get_arch_list() if hasattr(torch.cuda, "get_arch_list") else [],
+         "cuda_available": False, "devices": [], "nccl": None}
+    try:
+        t["cuda_available"] = bool(torch.cuda.is_available())
+        if t["cuda_available"]:
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                t["devices"].append({"name": p.name, "capability": list(torch.cuda.get_device_capability(i)),
+                                     "memory_gib": round(p.total_memory / 2**30, 1)})
+            t["driver"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
+    except Exception as exc:
+        t["cuda_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        v = torch.cuda.nccl.version()
+        t["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception as exc:
+        t["nccl_error"] = f"{type(exc).__name__}: {exc}"
+    out["torch"] = t
+except Exception as exc:
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+for name in sys.argv[1:]:
+    try:
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            continue
+        importlib.import_module(name)
+        out["modules"][name] = "ok"
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            continue
+        out["modules"][name] = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        out["modules"][name] = f"{type(exc).__name__}: {exc}"
+print("\n@@PROBE@@" + json.dumps(out))
+"""
+
+
+def run_probe(timeout: float) -> dict[str, object]:
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, *EXTENSIONS], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the import probe did not finish within {timeout:.0f}s"}
+    marker = proc.stdout.rfind("@@PROBE@@")
+    if marker < 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return {"error": f"the import probe died (exit {proc.returncode}): " + " | ".join(tail)}
+    return json.loads(proc.stdout[marker + len("@@PROBE@@") :])
