@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,9 @@ class BuildResult:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class _Timer:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
@@ -79,7 +83,8 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     with timer.stage("base"):
         base_ref = _base_reference(paths, profile.base, options)
     with timer.stage("wheels"):
-        files = [*_wheels(profile, lock, cache), _verlenv_wheel(paths.root, cache)]
+        epoch = source_date_epoch(lock.header.exclude_newer)
+        files = [*_wheels(profile, lock, cache), _verlenv_wheel(paths.root, cache, epoch)]
     with tempfile.TemporaryDirectory(prefix=f"verlenv-context-{name}-", dir=cache.tmp) as tmp:
         with timer.stage("context"):
             manifest = _manifest(profile, lock, verify_sha, files, base_ref)
@@ -157,10 +162,17 @@ def _manifest(profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFi
     )
 
 
-def _verlenv_wheel(root: Path, cache: Cache) -> HouseFile:
-    """verlenv itself, as a wheel built from this checkout: it becomes the last layer."""
+def _verlenv_wheel(root: Path, cache: Cache, epoch: int) -> HouseFile:
+    """verlenv itself, as a wheel built from this checkout: it becomes the last layer.
+
+    Built with SOURCE_DATE_EPOCH so an unchanged checkout gives the same bytes and the layer is reused.
+    """
     out = Path(tempfile.mkdtemp(prefix="verlenv-wheel-", dir=cache.tmp))
-    run([uv_binary(), "build", "--wheel", "--out-dir", str(out), str(root)], what="building the verlenv wheel")
+    run(
+        [uv_binary(), "build", "--wheel", "--out-dir", str(out), str(root)],
+        what="building the verlenv wheel",
+        env={"SOURCE_DATE_EPOCH": str(epoch)},
+    )
     [wheel] = list(out.glob("verlenv-*.whl"))
     return HouseFile("verlenv", __version__, wheel.name, hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel)
 
@@ -212,9 +224,10 @@ def _engine_build(context: Path, labels: dict[str, str], options: BuildOptions) 
     )
     for chunk in stream:
         if "error" in chunk:
-            detail = chunk.get("errorDetail", {}).get("message", chunk["error"])
-            raise CheckFailed("the image build failed; nothing was tagged:\n" + "\n".join([*tail[-25:], detail]))
-        line = chunk.get("stream", "")
+            detail = _ANSI.sub("", chunk.get("errorDetail", {}).get("message", chunk["error"]))
+            shown = [] if not options.quiet else tail[-25:]  # the log was already streamed otherwise
+            raise CheckFailed("the image build failed; nothing was tagged:\n" + "\n".join([*shown, detail]))
+        line = _ANSI.sub("", chunk.get("stream", ""))
         if line:
             tail = [*tail[-60:], line.rstrip()]
             if not options.quiet:

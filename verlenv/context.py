@@ -83,11 +83,15 @@ def _link_verified(house: HouseFile, target: Path) -> int:
 
 # One builder step per layer: offline, hash-checked install into /layers/NAME, then byte-compile
 # with the final path recorded (-s/-p) and hash-based .pyc validation (mtimes do not matter).
+# Some wheels carry files for newer Pythons (torch's py312_intrinsics.py) that cannot compile;
+# like pip's own compile step, those are skipped (-qq, status ignored), the install is not.
+# --ignore-installed: installing into a prefix must never uninstall the builder venv's own pip.
 _BUILDER_STEP = """COPY layers/{layer}/ /wheels/{layer}/
-RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile \\
-        --no-warn-script-location --prefix {prefix} -r /wheels/{layer}/requirements.txt \\
- && {venv}/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \\
-        -s {prefix} -p {venv} {prefix}"""
+RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile --ignore-installed \\
+        --no-warn-script-location --find-links /wheels/{layer} --prefix {prefix} \\
+        -r /wheels/{layer}/requirements.txt \\
+ && ({venv}/bin/python -m compileall -qq -j 0 --invalidation-mode unchecked-hash \\
+        -s {prefix} -p {venv} {prefix} || true)"""
 _FINAL_STEP = "COPY --from=builder {prefix}/ {venv}/"
 
 

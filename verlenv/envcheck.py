@@ -7,13 +7,13 @@ runs it inside containers. Core module: standard library, packaging and pyelftoo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import PathDistribution
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv.abicheck import BaseFacts, ObjectVerdict, SharedObject, TorchFacts, check_objects, torch_facts
+from verlenv.installed import Installed, by_name
 from verlenv.objscan import ObjectError, scan_site_packages
 
 
@@ -28,32 +28,21 @@ class EnvReport:
         return not self.errors and all(v.ok for v in self.verdicts)
 
 
-def installed(site: Path) -> dict[str, PathDistribution]:
-    """name -> distribution for every *.dist-info in ``site`` (the last one wins on duplicates)."""
-    found = {}
-    for info in sorted(site.glob("*.dist-info")):
-        dist = PathDistribution(info)
-        name = dist.metadata["Name"]
-        if name:
-            found[canonicalize_name(name)] = dist
-    return found
-
-
-def owners(site: Path, dists: dict[str, PathDistribution]) -> dict[str, str]:
+def owners(dists: dict[str, Installed]) -> dict[str, str]:
     """Top-level directory -> 'name version', from each distribution's RECORD."""
-    result = {}
-    for name, dist in dists.items():
-        for entry in dist.files or ():
-            top = Path(str(entry)).parts[0]
-            if not top.endswith((".dist-info", "..")) and "/" not in top:
-                result.setdefault(top, f"{name} {dist.version}")
+    result: dict[str, str] = {}
+    for dist in dists.values():
+        for rel in dist.files:
+            top = rel.split("/", 1)[0]
+            if "/" in rel and not top.endswith((".dist-info", ".data")) and top != "..":
+                result.setdefault(top, dist.label)
     return result
 
 
-def torch_pins(dists: dict[str, PathDistribution]) -> dict[str, str]:
+def torch_pins(dists: dict[str, Installed]) -> dict[str, str]:
     pins = {}
     for name, dist in dists.items():
-        for text in dist.requires or ():
+        for text in dist.requires:
             try:
                 req = Requirement(text)
             except InvalidRequirement:
@@ -65,8 +54,8 @@ def torch_pins(dists: dict[str, PathDistribution]) -> dict[str, str]:
 
 
 def check_site(site: Path, base: BaseFacts) -> EnvReport:
-    dists = installed(site)
-    owner_of = owners(site, dists)
+    dists = by_name(site)
+    owner_of = owners(dists)
     objects: list[SharedObject] = []
     errors: list[ObjectError] = []
     for item in scan_site_packages(site):

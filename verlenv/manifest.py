@@ -27,7 +27,8 @@ class Manifest:
     built_from_sdist: dict[str, str] = field(default_factory=dict)  # name -> sha256 of the wheel we built
 
     def to_json(self) -> str:
-        return json.dumps({"schema_version": MANIFEST_SCHEMA_VERSION, **asdict(self)}, indent=2, sort_keys=True) + "\n"
+        # Insertion order is meaningful (layers bottom to top); everything else is built sorted.
+        return json.dumps({"schema_version": MANIFEST_SCHEMA_VERSION, **asdict(self)}, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:

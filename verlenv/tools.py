@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -42,9 +43,10 @@ def pip_command() -> list[str]:
     )
 
 
-def run(cmd: list[str], *, what: str, cwd: Path | None = None) -> str:
+def run(cmd: list[str], *, what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     """Run ``cmd``; on failure raise ResolutionError with the tail of its stderr."""
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    full_env = {**os.environ, **env} if env else None
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=full_env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise ResolutionError(f"{what} failed (exit {proc.returncode}):\n{tail}")

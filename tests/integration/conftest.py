@@ -6,12 +6,22 @@ never skip, when the engine cannot be had, so a green run always means they ran.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from verlenv import services
+from verlenv.build import BuildOptions, BuildResult, build_image
+from verlenv.cache import Cache, default_root
+from verlenv.lockfile import read_lock
+from verlenv.paths import ROOT_ENV, ProjectPaths
+from verlenv.profile import load_profile
+from verlenv.variants import copy_project
+from verlenv.wheelhouse import fill
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +42,40 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Regi
     reg = services.start_registry(Path(tmp_path_factory.mktemp("registry")))
     yield reg
     reg.stop()
+
+
+@pytest.fixture(scope="session")
+def project_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectPaths]:
+    """The project (package, images, locks) copied to a temp dir, so builds never touch the checkout."""
+    root = copy_project(ProjectPaths(REPO), Path(tmp_path_factory.mktemp("project"))).root
+    old = os.environ.get(ROOT_ENV)
+    os.environ[ROOT_ENV] = str(root)
+    yield ProjectPaths(root)
+    if old is None:
+        os.environ.pop(ROOT_ENV, None)
+    else:
+        os.environ[ROOT_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def cache() -> Cache:
+    """The machine's wheel cache: downloads are shared with earlier runs (content-addressed, verified)."""
+    return Cache(default_root())
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke(engine, project_copy: ProjectPaths, cache: Cache) -> BuildResult:  # type: ignore[no-untyped-def]
+    """The cpu-smoke image, built for real from the committed lock and verify report."""
+    profile = load_profile(project_copy, "cpu-smoke")
+    fill(profile, read_lock(project_copy.lock("cpu-smoke")), cache, quiet=True)
+    return build_image(project_copy, "cpu-smoke", cache, BuildOptions(quiet=True))
+
+
+def run_in(engine, image: str, command: str, **kwargs) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """Run ``command`` in a throwaway container without network; (exit code, output)."""
+    container = engine.containers.run(image, ["bash", "-c", command], detach=True, network_mode="none", **kwargs)
+    try:
+        status = container.wait(timeout=600)
+        return int(status["StatusCode"]), container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)

@@ -64,13 +64,11 @@ def check_manifest(facts: Facts) -> Result:
 
 def check_requirements(facts: Facts) -> Result:
     """pip check, from installed metadata only (no pip needed, nothing imported)."""
-    from verlenv.envcheck import installed
-
-    dists = installed(facts.site)
+    dists = facts.installed
     env = default_environment()
     problems = []
     for name, dist in sorted(dists.items()):
-        for text in dist.requires or ():
+        for text in dist.requires:
             try:
                 req = Requirement(text)
             except InvalidRequirement:
@@ -130,9 +128,7 @@ def _version_file(facts: Facts, package: str) -> str:
 
 def check_version_illusion(facts: Facts) -> Result:
     """vLLM's torch pin vs installed torch, and what the files say vs what the metadata says."""
-    from verlenv.envcheck import installed
-
-    dists = installed(facts.site)
+    dists = facts.installed
     torch, vllm = dists.get("torch"), dists.get("vllm")
     if torch is None:
         return Result(Status.FAIL, "torch is not installed", fix="install the profile's torch")
@@ -148,7 +144,7 @@ def check_version_illusion(facts: Facts) -> Result:
             problems.append(f"vllm's files say {vllm_file} but its metadata says {vllm.version}")
         pins = [
             s.version
-            for r in (vllm.requires or ())
+            for r in vllm.requires
             if canonicalize_name(Requirement(r).name) == "torch"
             for s in Requirement(r).specifier
             if s.operator == "=="

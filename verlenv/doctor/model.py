@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from verlenv.installed import Installed, by_name
 from verlenv.manifest import Manifest, load_manifest
 
 
@@ -58,10 +59,12 @@ class Facts:
         return load_manifest(self._manifest_file)
 
     @cached_property
-    def dists(self) -> dict[str, str]:
-        from verlenv.envcheck import installed
+    def installed(self) -> dict[str, Installed]:
+        return by_name(self.site)
 
-        return {name: str(dist.version) for name, dist in installed(self.site).items()}
+    @cached_property
+    def dists(self) -> dict[str, str]:
+        return {name: dist.version for name, dist in self.installed.items()}
 
     @cached_property
     def probe(self) -> dict[str, object]:
