@@ -70,12 +70,20 @@ def _unrecorded(site: Path, infos: list[Installed], recorded: frozenset[str]) ->
                 continue
             path = Path(full)
             if path.parent.name == "__pycache__":
-                if not _source_of(path).exists():
+                source = _source_of(path)
+                if not source.exists():
                     yield Stale(
                         path,
                         "orphan-bytecode",
-                        f"bytecode of {_source_of(path).name}, which no longer exists",
+                        f"bytecode of {source.name}, which no longer exists",
                         "delete it (`verlenv clean --apply`)",
+                    )
+                elif source.relative_to(site).as_posix() not in recorded:
+                    yield Stale(
+                        path,
+                        "orphan-bytecode",
+                        f"bytecode of {source.name}, itself a leftover",
+                        "delete it with its source (`verlenv clean --apply`)",
                     )
                 continue
             yield Stale(

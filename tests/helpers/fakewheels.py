@@ -51,6 +51,26 @@ extern "C" int ext_entry(int x) {
 """
 
 
+# Enough of torch's Python surface for doctor's import probe (version, CUDA facts, NCCL).
+TORCH_INIT = b"""__version__ = "2.6.0"
+class version:
+    cuda = None
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = True
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+    @staticmethod
+    def get_arch_list():
+        return []
+    class nccl:
+        @staticmethod
+        def version():
+            raise RuntimeError("CPU build")
+"""
+
+
 @dataclass(frozen=True)
 class Variant:
     torch_abi: int = 1  # _GLIBCXX_USE_CXX11_ABI for the fake torch
@@ -130,7 +150,7 @@ def build_pair(work: Path, variant: Variant) -> tuple[Path, Path]:
         "torch",
         "2.6.0",
         {
-            "torch/__init__.py": b"",
+            "torch/__init__.py": TORCH_INIT,
             "torch/lib/libc10.so": c10.read_bytes(),
             "torch/lib/libtorch_cpu.so": torch_cpu.read_bytes(),
         },

@@ -1,0 +1,52 @@
+"""Cold build of cpu-smoke, then a rebuild after changing only the verl pin, as a ratio.
+
+    python benchmarks/build_bench.py
+
+Cold = no layer cache (`nocache`), base image reused (it is made once per machine; its own time
+is printed when it has to be made). Rebuild = a copy of the project with cpu-smoke's verl pin
+moved 0.9.1 -> 0.9.0, locked and verified for real, then built with the layer cache: only the
+verl layer and those above it are rebuilt. Target: rebuild / cold <= 0.15.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from verlenv.build import BuildOptions, build_image
+from verlenv.cache import Cache, default_root
+from verlenv.lockfile import read_lock
+from verlenv.paths import find_root
+from verlenv.profile import load_profile
+from verlenv.services import ensure_engine
+from verlenv.variants import repin
+from verlenv.wheelhouse import fill
+
+
+def _build(paths, cache: Cache, nocache: bool):  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    result = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True, nocache=nocache))
+    return result, time.perf_counter() - started
+
+
+def main() -> None:
+    paths = find_root()
+    cache = Cache(default_root())
+    fill(load_profile(paths, "cpu-smoke"), read_lock(paths.lock("cpu-smoke")), cache, quiet=True)
+    cold, cold_s = _build(paths, cache, nocache=True)
+    print(f"cold build                 {cold_s:7.1f} s  ({', '.join(f'{k} {v:.1f}s' for k, v in cold.timings.items())})")
+    print(f"image size                 {cold.size / 2**30:7.2f} GiB ({cold.size:,} bytes)")
+    with tempfile.TemporaryDirectory() as tmp:
+        variant = repin(paths, Path(tmp) / "variant", "cpu-smoke", "verl", "0.9.0", cache)
+        warm, warm_s = _build(variant, cache, nocache=False)
+    print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({', '.join(f'{k} {v:.1f}s' for k, v in warm.timings.items())})")
+    print(f"rebuild / cold             {warm_s / cold_s:7.3f}")
+    engine = ensure_engine()
+    shared = sum(a == b for a, b in zip(engine.images.get(cold.image_id).attrs["RootFS"]["Layers"],
+                                        engine.images.get(warm.image_id).attrs["RootFS"]["Layers"], strict=False))
+    print(f"layers shared              {shared} of {len(engine.images.get(warm.image_id).attrs['RootFS']['Layers'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""doctor in real venvs broken on purpose: it reports, never crashes; JSON validates; exit codes hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.helpers.fakewheels import Variant, build_pair, build_wheel
+from tests.helpers.venvs import Venv, make_venv
+from verlenv.doctor.model import Check, Facts, Result, Status
+from verlenv.doctor.runner import redact, run_checks
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "verlenv/schemas/doctor-1.schema.json").read_text())
+
+
+def _doctor(venv: Venv, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+    proc = venv.verlenv("doctor", "--json", "--skip", "shm", *args, env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["exit_code"] == proc.returncode
+    return proc.returncode, {c["id"]: c for c in report["checks"]}
+
+
+def _vllm(folder: Path, version: str, torch_pin: str, c_module: bytes) -> Path:
+    return build_wheel(
+        folder,
+        "vllm",
+        version,
+        {
+            "vllm/__init__.py": f"__version__ = '{version}'".encode(),
+            "vllm/_version.py": f"__version__ = '{version}'".encode(),
+            "vllm/_C.py": c_module,
+        },
+        requires=[f"torch=={torch_pin}"],
+    )
+
+
+NO_DRIVER = b"raise ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')"
+BAD_ABI = b"raise ImportError('/x/vllm/_C.abi3.so: undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationESs')"
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> Venv:
+    venv = make_venv(tmp_path / "venv")
+    torch, ext = build_pair(tmp_path / "b", Variant())
+    venv.pip(str(torch), str(ext))
+    return venv
+
+
+def test_healthy_env_passes_and_a_missing_driver_is_a_warning(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_vllm(tmp_path, "0.8.5.post1", "2.6.0", NO_DRIVER)))
+    code, checks = _doctor(healthy)
+    assert code == 0, checks
+    assert checks["import-probe"]["status"] == "warn"
+    assert "need the NVIDIA driver" in checks["import-probe"]["summary"]
+    assert checks["elf-abi"]["status"] == "ok" and checks["torch-pin"]["status"] == "ok"
+    assert checks["manifest-drift"]["status"] == "skip"
+
+
+def test_undefined_symbol_on_import_is_an_abi_failure(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_vllm(tmp_path, "0.8.5.post1", "2.6.0", BAD_ABI)))
+    code, checks = _doctor(healthy)
+    assert code == 1
+    assert checks["import-probe"]["status"] == "fail"
+    assert "undefined symbol" in checks["import-probe"]["summary"]
+    assert any("vllm._C" in d for d in checks["import-probe"]["details"])
+
+
+def test_torch_that_cannot_import_is_reported_not_fatal(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "venv")
+    broken = build_wheel(tmp_path, "torch", "2.6.0", {"torch/__init__.py": BAD_ABI})
+    venv.pip(str(broken))
+    code, checks = _doctor(venv)
+    assert code == 1
+    assert checks["import-probe"]["status"] == "fail" and "import torch fails" in checks["import-probe"]["summary"]
+    assert len(checks) == 13 and not [c for c in checks.values() if c["status"] == "crashed"]
+
+
+def test_missing_symbol_in_installed_torch_fails_the_elf_check(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "venv")
+    venv.pip(*map(str, build_pair(tmp_path / "b", Variant(torch_has_mul=False))))
+    code, checks = _doctor(venv)
+    assert code == 1 and checks["elf-abi"]["status"] == "fail"
+    assert any("at::mul(int, int)" in d for d in checks["elf-abi"]["details"])
+
+
+def test_vllm_built_for_another_torch_is_the_version_illusion(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_vllm(tmp_path, "0.9.1", "2.7.0", NO_DRIVER)))
+    code, checks = _doctor(healthy)
+    assert code == 1
+    assert checks["torch-pin"]["summary"] == "vllm 0.9.1 was built for torch 2.7.0; torch 2.6.0 is installed"
+    assert checks["requirements"]["status"] == "fail"
+
+
+def test_known_bad_vllm_line_fails(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_vllm(tmp_path, "0.7.3", "2.6.0", NO_DRIVER)))
+    code, checks = _doctor(healthy)
+    assert code == 1 and checks["vllm-verl-range"]["status"] == "fail"
+    assert "0.7.x" in checks["vllm-verl-range"]["summary"]
+
+
+def test_drift_from_the_manifest_is_a_failure(tmp_path: Path, healthy: Venv) -> None:
+    manifest = {
+        "schema_version": 1,
+        "profile": "fixture",
+        "lock_sha256": "a" * 64,
+        "verify_sha256": "b" * 64,
+        "source_date_epoch": 0,
+        "components": {"python": "3.11"},
+        "layers": {},
+        "base": {},
+        "verlenv_version": "0",
+        "distributions": {"torch": "2.6.0", "fakeext": "0.9", "gone": "1.0"},
+    }
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    code, checks = _doctor(healthy, "--manifest", str(path))
+    drift = checks["manifest-drift"]
+    assert code == 1 and drift["status"] == "fail"
+    assert "changed: fakeext 0.9 -> 1.0" in drift["details"] and "removed: gone 1.0" in drift["details"]
+
+
+def test_strict_turns_warnings_into_failure_and_skip_is_checked(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_vllm(tmp_path, "0.8.5.post1", "2.6.0", NO_DRIVER)))
+    code, _ = _doctor(healthy, "--strict")
+    assert code == 1
+    proc = healthy.verlenv("doctor", "--skip", "import-prob")
+    assert proc.returncode == 2 and "did you mean 'import-probe'" in proc.stderr
+
+
+def test_table_output_and_verbose_timings(healthy: Venv) -> None:
+    proc = healthy.verlenv("doctor", "-v", "--skip", "shm")
+    assert proc.returncode == 0, proc.stdout
+    assert "[ok]   elf-abi" in proc.stdout and " ms)" in proc.stdout
+
+
+def test_a_crashing_check_never_hides_the_others() -> None:
+    def boom(_: Facts) -> Result:
+        raise KeyError("surprise")
+
+    def fine(_: Facts) -> Result:
+        return Result(Status.OK, "fine")
+
+    outcomes = run_checks(
+        [Check("boom", "explodes", boom), Check("fine", "works", fine)], Facts(site=Path("/nonexistent"))
+    )
+    assert [(o.id, o.result.status) for o in outcomes] == [("boom", Status.CRASHED), ("fine", Status.OK)]
+    assert "KeyError" in outcomes[0].result.summary
+
+
+def test_secrets_and_gpu_uuids_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_sup3rs3cret")
+    text = redact("token hf_sup3rs3cret on GPU-8c6b6c56-1c7f-6c2a-f1b2-1a2b3c4d5e6f")
+    assert text == "token <redacted> on GPU-<redacted>"
+
+
+def test_secret_names_are_listed_never_their_values(healthy: Venv) -> None:
+    _code, checks = _doctor(healthy, env={"WANDB_API_KEY": "abcd1234secret"})
+    assert checks["secrets"]["status"] == "warn" and "WANDB_API_KEY" in checks["secrets"]["summary"]
+    assert "abcd1234secret" not in json.dumps(checks)
+
+
+def test_small_shm_fails_with_the_docker_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from verlenv.doctor import checks_runtime
+
+    class Small:
+        f_frsize, f_blocks = 4096, 16384  # 64 MiB
+
+    monkeypatch.setattr(checks_runtime.os, "statvfs", lambda _: Small())
+    result = checks_runtime.check_shm(Facts(site=tmp_path))
+    assert result.status is Status.FAIL and "--ipc=host" in result.fix and "64 MiB" in result.summary
+
+
+def test_env_traps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from verlenv.doctor import checks_runtime
+
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    result = checks_runtime.check_env(Facts(site=tmp_path))
+    assert result.status is Status.WARN and "NCCL_CUMEM_ENABLE=1" in result.summary
+    assert any("expandable_segments" in d for d in result.details)
