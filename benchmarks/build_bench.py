@@ -24,6 +24,10 @@ from verlenv.variants import repin
 from verlenv.wheelhouse import fill
 
 
+def _stages(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+
+
 def _build(paths, cache: Cache, nocache: bool):  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     result = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True, nocache=nocache))
@@ -35,12 +39,12 @@ def main() -> None:
     cache = Cache(default_root())
     fill(load_profile(paths, "cpu-smoke"), read_lock(paths.lock("cpu-smoke")), cache, quiet=True)
     cold, cold_s = _build(paths, cache, nocache=True)
-    print(f"cold build                 {cold_s:7.1f} s  ({', '.join(f'{k} {v:.1f}s' for k, v in cold.timings.items())})")
+    print(f"cold build                 {cold_s:7.1f} s  ({_stages(cold.timings)})")
     print(f"image size                 {cold.size / 2**30:7.2f} GiB ({cold.size:,} bytes)")
     with tempfile.TemporaryDirectory() as tmp:
         variant = repin(paths, Path(tmp) / "variant", "cpu-smoke", "verl", "0.9.0", cache)
         warm, warm_s = _build(variant, cache, nocache=False)
-    print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({', '.join(f'{k} {v:.1f}s' for k, v in warm.timings.items())})")
+    print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({_stages(warm.timings)})")
     print(f"rebuild / cold             {warm_s / cold_s:7.3f}")
     engine = ensure_engine()
     shared = sum(a == b for a, b in zip(engine.images.get(cold.image_id).attrs["RootFS"]["Layers"],
