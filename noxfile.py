@@ -1,8 +1,11 @@
 """verlenv's task runner. Each session parses its posargs and calls one verlenv command.
 
-nox -l                                   list sessions
-nox -s lock -- --profile NAME | --all    resolve locks (uv); `-- --check` for the offline check
-nox -s tests                             unit + integration tests (starts dockerd / registry as root)
+    nox -l                                         list sessions
+    nox -s lock -- --profile NAME | --all          resolve locks (uv); `-- --check` for the offline check
+    nox -s verify -- --profile NAME                ABI-verify the locked wheels
+    nox -s build-image -- --profile NAME           hermetic image build (default profile without args)
+    nox -s accept -- --profile NAME                acceptance suite inside the built image
+    nox -s tests                                   unit + integration tests (starts dockerd / registry as root)
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests"]
 
 BUILD = ".[build]"
-TEST = ".[build,test]"
+# The CPU build of torch for the in-process acceptance tests. Installed with pip, whose own
+# configuration says where it comes from (a find-links directory, or the PyTorch CPU index).
+TORCH_CPU = "torch==2.13.0+cpu"
 
 
 @nox.session
@@ -24,10 +29,11 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "verlenv", "tests", "benchmarks", "noxfile.py")
 
 
-@nox.session
+@nox.session(venv_backend="virtualenv")
 def tests(session: nox.Session) -> None:
     """Unit and integration tests; integration starts the Docker engine and a loopback registry (root)."""
-    session.install("-e", TEST)
+    session.install(TORCH_CPU)
+    session.install("-e", ".[build,test,accept]")
     args = session.posargs or ["tests/unit", "tests/integration"]
     session.run("pytest", "-q", "-ra", *args)
 
@@ -44,6 +50,21 @@ def verify(session: nox.Session) -> None:
     """ABI-verify a profile's locked wheels (`-- --profile NAME`; `-- --check-committed` to compare reports)."""
     session.install("-e", BUILD)
     session.run("verlenv", "verify", *session.posargs)
+
+
+@nox.session(name="build-image")
+def build_image(session: nox.Session) -> None:
+    """Build a profile's image with no network (`-- --profile NAME`; default profile without args)."""
+    session.install("-e", BUILD)
+    session.run("verlenv", "services", "up")
+    session.run("verlenv", "build", *session.posargs)
+
+
+@nox.session
+def accept(session: nox.Session) -> None:
+    """Run the acceptance suite inside a profile's built image (`-- --profile NAME`)."""
+    session.install("-e", BUILD)
+    session.run("verlenv", "accept-image", *session.posargs)
 
 
 @nox.session

@@ -47,8 +47,14 @@ def main() -> None:
     print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({_stages(warm.timings)})")
     print(f"rebuild / cold             {warm_s / cold_s:7.3f}")
     engine = ensure_engine()
-    shared = sum(a == b for a, b in zip(engine.images.get(cold.image_id).attrs["RootFS"]["Layers"],
-                                        engine.images.get(warm.image_id).attrs["RootFS"]["Layers"], strict=False))
+    shared = sum(
+        a == b
+        for a, b in zip(
+            engine.images.get(cold.image_id).attrs["RootFS"]["Layers"],
+            engine.images.get(warm.image_id).attrs["RootFS"]["Layers"],
+            strict=False,
+        )
+    )
     print(f"layers shared              {shared} of {len(engine.images.get(warm.image_id).attrs['RootFS']['Layers'])}")
 
 

@@ -29,8 +29,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     engine = ensure_engine()
-    container = engine.containers.run(args.image, ["sleep", "infinity"], detach=True, network_mode="none",
-                                      shm_size="1g")
+    container = engine.containers.run(
+        args.image, ["sleep", "infinity"], detach=True, network_mode="none", shm_size="1g"
+    )
     try:
         medians = {}
         for label, command in COMMANDS.items():

@@ -140,7 +140,8 @@ def _base_reference(paths: ProjectPaths, base: Base, options: BuildOptions) -> s
 
 
 def _wheels(profile: Profile, lock: Lock, cache: Cache) -> list[HouseFile]:
-    house = fill(profile, lock, cache, offline=True, quiet=True)
+    # Missing files are fetched (and hash-checked) first; the image build itself has no network.
+    house = fill(profile, lock, cache, quiet=True)
     tags = target_tags(profile.python, profile.platform)
     return [f if f.is_wheel else wheel_from_sdist(f, cache, tags, profile.python) for f in house.files]
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from verlenv import __version__
 from verlenv.errors import ConfigError, InternalError, VerlenvError, exit_code_table
 
-COMMANDS = ("profiles", "lock", "verify", "base", "build", "doctor", "clean", "services")
+COMMANDS = ("profiles", "lock", "verify", "base", "build", "doctor", "clean", "accept", "accept-image", "services")
 
 
 def _epilog() -> str:
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"verlenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        module = importlib.import_module(f"verlenv.commands.{name}")
+        module = importlib.import_module(f"verlenv.commands.{name.replace('-', '_')}")
         child = sub.add_parser(
             name,
             help=module.HELP,

@@ -183,3 +183,43 @@ def test_env_traps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     result = checks_runtime.check_env(Facts(site=tmp_path))
     assert result.status is Status.WARN and "NCCL_CUMEM_ENABLE=1" in result.summary
     assert any("expandable_segments" in d for d in result.details)
+
+
+def test_wrapped_import_error_is_traced_to_the_missing_driver(tmp_path: Path, healthy: Venv) -> None:
+    """vLLM's flash-attn package hides the loader's message; doctor dlopens the .so to find it."""
+    from tests.helpers.fakewheels import compile_so
+
+    stub = compile_so(
+        tmp_path / "libcuda.so.1", 'extern "C" int cuInit(unsigned f) { return 0; }', 1, soname="libcuda.so.1"
+    )
+    ext = compile_so(
+        tmp_path / "_vllm_fa2_C.abi3.so",
+        'extern "C" int cuInit(unsigned); int f() { return cuInit(0); }',
+        1,
+        libs=[stub],
+    )
+    stub.unlink()  # like a build host: the driver library is absent
+    wrapper = (
+        b"try:\n    from . import _vllm_fa2_C\nexcept ImportError:\n    _missing = True\n"
+        b"if globals().get('_missing'):\n    raise ImportError('vllm.vllm_flash_attn requires the CUDA flash "
+        b"attention extensions (_vllm_fa2_C or _vllm_fa3_C).')\n"
+    )
+    wheel = build_wheel(
+        tmp_path,
+        "vllm",
+        "0.8.5.post1",
+        {
+            "vllm/__init__.py": b"__version__ = '0.8.5.post1'",
+            "vllm/vllm_flash_attn/__init__.py": wrapper,
+            "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": ext.read_bytes(),
+            "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": ext.read_bytes(),
+        },
+        requires=["torch==2.6.0"],
+    )
+    healthy.pip(str(wheel))
+    code, checks = _doctor(healthy)
+    probe = checks["import-probe"]
+    assert code == 0 and probe["status"] == "warn", probe
+    [detail] = [d for d in probe["details"] if d.startswith("vllm.vllm_flash_attn._vllm_fa2_C")]
+    assert "requires the CUDA flash attention extensions" in detail
+    assert "dlopen _vllm_fa2_C.abi3.so: libcuda.so.1: cannot open shared object file" in detail

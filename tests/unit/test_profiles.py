@@ -94,13 +94,13 @@ BAD = [
     ('base = "debian12-python3.11"\n', "", "missing required key 'base'", ""),
     ('python = "3.11"', "python = 3.11", "'python' must be a string", "quoted string"),
     ('python = "3.11"', 'python = "3.12"', "base 'debian12-python3.11' provides Python 3.11", ""),
-    ('spec = "peft"', 'spec = "peft==1.0,<0.5"', "requirements[4].spec", "never be satisfied"),
-    ('spec = "peft"', 'spec = "peft @@ 1"', "requirements[4].spec", "not a valid requirement"),
+    ('spec = "peft"', 'spec = "peft==1.0,<0.5"', "requirements[5].spec", "never be satisfied"),
+    ('spec = "peft"', 'spec = "peft @@ 1"', "requirements[5].spec", "not a valid requirement"),
     ('torch = "2.13.0+cpu"', 'torch = "2.7.0"', "components.torch", "contradicts"),
     ('torch = "2.13.0+cpu"', 'torch = "two"', "components.torch", "not a valid version"),
     ('snapshot = "2026-09-25"', 'snapshot = "2099-01-01"', "'snapshot'", "future"),
     ('platform = "x86_64-manylinux_2_36"', 'platform = "linux"', "'platform'", "manylinux_2_36"),
-    ('why = "the acceptance suite\'s LoRA variant"', 'why = "  "', "requirements[4].why", "empty"),
+    ('why = "the acceptance suite\'s LoRA variant"', 'why = "  "', "requirements[5].why", "empty"),
     ('verl = ["verl"]', 'verl = ["verl"]\nmodels = ["x"]', "layers.models", "allowed keys"),
 ]
 

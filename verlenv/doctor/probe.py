@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 EXTENSIONS = (
+    "vllm",
     "vllm._C",
     "vllm._moe_C",
     "vllm.cumem_allocator",
@@ -26,6 +27,28 @@ EXTENSIONS = (
 _CHILD = r"""
 import importlib, importlib.util, json, sys
 out = {"torch": None, "modules": {}}
+def describe(exc):
+    # The whole chain: vLLM wraps "libcuda.so.1 not found" in its own ImportError.
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return " <- ".join(parts)
+def dlopen_error(name):
+    # A package __init__ may replace the loader's message with its own ("requires the CUDA
+    # flash attention extensions"): dlopen the extension file itself to learn the real cause.
+    import ctypes, glob, os
+    spec = importlib.util.find_spec(name.split(".")[0])
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    rel = os.path.join(*name.split(".")[1:]) if "." in name else ""
+    for root in roots:
+        for path in sorted(glob.glob(os.path.join(root, rel) + "*.so")):
+            try:
+                ctypes.CDLL(path)
+            except OSError as exc:
+                return f"dlopen {os.path.basename(path)}: {exc}"
+    return ""
 try:
     import torch
     t = {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
@@ -40,15 +63,15 @@ try:
                                      "memory_gib": round(p.total_memory / 2**30, 1)})
             t["driver"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
     except Exception as exc:
-        t["cuda_error"] = f"{type(exc).__name__}: {exc}"
+        t["cuda_error"] = describe(exc)
     try:
         v = torch.cuda.nccl.version()
         t["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception as exc:
-        t["nccl_error"] = f"{type(exc).__name__}: {exc}"
+        t["nccl_error"] = describe(exc)
     out["torch"] = t
 except Exception as exc:
-    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+    out["torch_error"] = describe(exc)
 for name in sys.argv[1:]:
     try:
         if importlib.util.find_spec(name.split(".")[0]) is None:
@@ -58,9 +81,9 @@ for name in sys.argv[1:]:
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
             continue
-        out["modules"][name] = f"{type(exc).__name__}: {exc}"
+        out["modules"][name] = " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
     except BaseException as exc:
-        out["modules"][name] = f"{type(exc).__name__}: {exc}"
+        out["modules"][name] = " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
 print("\n@@PROBE@@" + json.dumps(out))
 """
 

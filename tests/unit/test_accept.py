@@ -1,0 +1,181 @@
+"""The acceptance suite in-process on the CPU: the whole loop, leak injection, id mismatch, LoRA,
+the gloo smoke, the memory statistics, and the vLLM backend against vLLM's interface."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from verlenv.accept import algos, loop
+from verlenv.accept.dist import run_smoke
+from verlenv.accept.loop import AcceptConfig
+from verlenv.accept.memory import gate, theil_sen
+from verlenv.accept.rollout import HFRollout, VLLMRollout
+from verlenv.accept.suite import run_suite
+from verlenv.accept.task import IntegrityError, Prompt, make_prompts, reward
+from verlenv.accept.tiny import make_tiny
+
+FAST = {"steps": 20, "batch": 32, "prefer_verl": False}
+
+
+def _verdicts(report: dict) -> dict[str, bool]:  # type: ignore[type-arg]
+    return {v["name"]: v["passed"] for v in report["verdicts"]}
+
+
+def test_the_loop_learns_and_passes_every_gate() -> None:
+    report = run_suite(AcceptConfig(**FAST), distributed=False)
+    assert report["passed"], report["verdicts"]
+    rewards = [s["reward"] for s in report["steps"]]
+    assert rewards[-1] > rewards[0] + 0.3
+    assert report["backend"] == "hf" and report["algorithms"] == "verlenv"
+    assert set(report["memory"]) == {"rss_mib"} and len(report["memory"]["rss_mib"]) == 20
+    assert all(k in report["steps"][0] for k in ("gen_s", "train_s", "sync_s", "grad_norm", "kl"))
+
+
+def test_injected_leak_fails_the_memory_gate() -> None:
+    report = run_suite(AcceptConfig(**FAST, inject_leak_mib=2), distributed=False)
+    verdicts = _verdicts(report)
+    assert not report["passed"] and verdicts["memory-rss_mib"] is False
+    assert verdicts["reward-rises"] is True  # only the gate failed
+
+
+def test_reward_inputs_out_of_order_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = loop.make_backend
+
+    class Shuffled:
+        def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+            self.inner, self.name = inner, "hf-shuffled"
+
+        def generate(self, prompts, max_new_tokens, seed):  # type: ignore[no-untyped-def]
+            out = self.inner.generate(prompts, max_new_tokens, seed)
+            return out[1:] + out[:1]
+
+        def __getattr__(self, item):  # type: ignore[no-untyped-def]
+            return getattr(self.inner, item)
+
+    monkeypatch.setattr(loop, "make_backend", lambda *a: Shuffled(real(*a)))
+    report = run_suite(AcceptConfig(**FAST), distributed=False)
+    assert not report["passed"]
+    [integrity] = [v for v in report["verdicts"] if v["name"] == "data-flow-integrity"]
+    assert not integrity["passed"] and "first mismatch at position 0" in integrity["value"]
+
+
+def test_reward_refuses_missing_rollouts() -> None:
+    prompts = make_prompts(0, 3, 0)
+    with pytest.raises(IntegrityError, match="2 rollouts for 3 prompts"):
+        reward(prompts, [_rollout(p) for p in prompts[:2]])
+
+
+def _rollout(prompt: Prompt):  # type: ignore[no-untyped-def]
+    from verlenv.accept.task import Rollout
+
+    return Rollout(prompt.id, (1,), (2,), "w0")
+
+
+def test_lora_adapters_learn_and_the_base_stays_frozen() -> None:
+    report = run_suite(AcceptConfig(**FAST, lora=True), distributed=False)
+    verdicts = _verdicts(report)
+    assert verdicts["lora-adapters-get-gradients"] and verdicts["lora-base-frozen"], report["lora"]
+    assert report["lora"]["base_changed"] == [] and report["lora"]["adapter_grad_norm_min"] > 0
+
+
+def test_gloo_smoke_all_reduce_and_global_normalization() -> None:
+    smoke = run_smoke("cpu")
+    assert smoke["backend"] == "gloo" and smoke["all_reduce"] == 3.0
+    assert smoke["normalization_ok"] and smoke["per_rank_differs"]
+
+
+def test_local_algorithms_match_hand_computed_values() -> None:
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]])
+    values = torch.tensor([[0.1, 0.2, 0.3], [0.0, 0.1, 0.2]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, ret = algos.gae(rewards, values, mask, 1.0, 1.0)
+    # gamma = lam = 1: return = sum of future rewards over valid tokens
+    assert torch.allclose(ret * mask, torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.5, 0.0]]) * mask, atol=1e-6)
+    raw = (ret - values) * mask
+    mean = raw.sum() / mask.sum()
+    var = (((raw - mean) ** 2) * mask).sum() / (mask.sum() - 1)
+    assert torch.allclose(adv * mask, ((raw - mean) / torch.sqrt(var + 1e-8)) * mask, atol=1e-5)
+    old, new = torch.zeros(1, 2), torch.log(torch.tensor([[1.5, 0.5]]))
+    loss = algos.policy_loss(old, new, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2)
+    assert math.isclose(float(loss), (-1.2 + 0.8) / 2, rel_tol=1e-6)  # both ratios clipped to [0.8, 1.2]
+
+
+def test_theil_sen_ignores_one_jump_but_not_a_trend() -> None:
+    flat_with_jump = [100.0] * 12 + [120.0] + [100.0] * 11
+    assert theil_sen(flat_with_jump) == 0.0
+    assert math.isclose(theil_sen([100.0 + 1.0 * i for i in range(24)]), 1.0)
+    [verdict] = gate({"x": [0.0] * 5 + [0.6 * i for i in range(20)]}, warmup=5)
+    assert not verdict.passed and math.isclose(verdict.slope_mib_per_step, 0.6)
+
+
+@dataclass
+class FakeOutput:
+    token_ids: list[int]
+    text: str
+
+
+@dataclass
+class FakeResult:
+    prompt_token_ids: list[int]
+    outputs: list[FakeOutput]
+
+
+@dataclass
+class FakeLLM:
+    """vLLM's LLM surface the backend uses: generate, apply_model, sleep, wake_up."""
+
+    calls: list[str] = field(default_factory=list)
+    loaded: dict = field(default_factory=dict)  # type: ignore[type-arg]
+
+    def generate(self, prompts, params, use_tqdm=False):  # type: ignore[no-untyped-def]
+        self.calls.append(f"generate:{len(prompts)}:{params['max_tokens']}")
+        return [FakeResult([1, 2], [FakeOutput([5, 6], "w0 w1")]) for _ in prompts]
+
+    def apply_model(self, fn):  # type: ignore[no-untyped-def]
+        class Model:
+            def load_weights(inner, weights):  # type: ignore[no-untyped-def]
+                self.loaded.update(dict(weights))
+
+        fn(Model())
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(f"sleep:{level}")
+
+    def wake_up(self) -> None:
+        self.calls.append("wake")
+
+
+def test_vllm_backend_against_vllms_interface() -> None:
+    llm = FakeLLM()
+    backend = VLLMRollout(Path("/unused"), tokenizer=None, llm=llm, sampling_params=lambda **kw: kw)
+    prompts = make_prompts(0, 3, 0)
+    backend.wake()
+    out = backend.generate(prompts, 4, seed=1)
+    backend.sync_weights({"lm_head.weight": torch.ones(2)})
+    backend.sleep()
+    assert [r.id for r in out] == [p.id for p in prompts] and out[0].response_ids == (5, 6)
+    assert llm.calls == ["wake", "generate:3:4", "sleep:1"]
+    assert torch.equal(llm.loaded["lm_head.weight"], torch.ones(2))
+
+
+def test_hf_backend_sync_changes_what_it_generates(tmp_path: Path) -> None:
+    tokenizer, model = make_tiny(tmp_path / "m")
+    backend = HFRollout(tmp_path / "m", tokenizer, "cpu")
+    prompts = make_prompts(0, 4, 0)
+    before = backend.generate(prompts, 4, seed=3)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["lm_head.weight"] = (
+        state["lm_head.weight"] * 0
+        + torch.nn.functional.one_hot(
+            torch.full((state["lm_head.weight"].shape[0],), tokenizer.convert_tokens_to_ids("w0")),
+            state["lm_head.weight"].shape[1],
+        ).float()
+    )
+    backend.sync_weights(state)
+    after = backend.generate(prompts, 4, seed=3)
+    assert [r.response_ids for r in before] != [r.response_ids for r in after]

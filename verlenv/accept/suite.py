@@ -1,0 +1,217 @@
+"""The acceptance suite: the PPO loop, its verdicts, the distributed smoke, one JSON report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from verlenv import __version__
+from verlenv.accept.loop import AcceptConfig, LoopResult, run_loop
+from verlenv.accept.memory import gate
+from verlenv.accept.task import IntegrityError
+
+REPORT_SCHEMA_VERSION = 1
+REWARD_MARGIN = 0.15  # chance level is 8/48 = 0.17; a policy that learned the task sits near 1.0
+WINDOW = 5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    passed: bool
+    value: Any
+    threshold: Any
+    detail: str
+
+
+def reward_verdict(rewards: list[float]) -> Verdict:
+    start = sum(rewards[:WINDOW]) / min(WINDOW, len(rewards))
+    end = sum(rewards[-WINDOW:]) / min(WINDOW, len(rewards))
+    return Verdict(
+        "reward-rises",
+        end - start >= REWARD_MARGIN,
+        round(end - start, 4),
+        REWARD_MARGIN,
+        f"mean reward {start:.3f} over the first {WINDOW} steps, {end:.3f} over the last {WINDOW}",
+    )
+
+
+def finite_verdict(result: LoopResult) -> Verdict:
+    values = [v for r in result.records for v in (r.reward, r.pg_loss, r.vf_loss, r.grad_norm, r.kl)]
+    bad = sum(not math.isfinite(v) for v in values)
+    return Verdict("finite", bad == 0, bad, 0, "rewards, losses, grad norms and KL are finite every step")
+
+
+def lora_verdicts(facts: dict[str, Any]) -> list[Verdict]:
+    return [
+        Verdict(
+            "lora-adapters-get-gradients",
+            facts["adapter_grad_norm_min"] > 0,
+            facts["adapter_grad_norm_min"],
+            "> 0",
+            "smallest LoRA adapter gradient norm over all steps",
+        ),
+        Verdict(
+            "lora-base-frozen",
+            not facts["base_changed"] and not facts["base_trainable"],
+            len(facts["base_changed"]) + len(facts["base_trainable"]),
+            0,
+            f"{facts['base_params']} base tensors: none trainable, none changed",
+        ),
+    ]
+
+
+def memory_verdicts(result: LoopResult, steps: int) -> list[Verdict]:
+    warmup = max(3, steps // 5)
+    return [
+        Verdict(
+            f"memory-{v.series}",
+            v.passed,
+            round(v.slope_mib_per_step, 4),
+            v.threshold_mib_per_step,
+            f"Theil-Sen slope over steps {warmup}..{steps - 1}: {v.slope_mib_per_step:+.3f} MiB/step, "
+            f"{v.growth_mib:+.1f} MiB in total",
+        )
+        for v in gate(result.memory, warmup)
+    ]
+
+
+def host_facts(device: str) -> dict[str, Any]:
+    import torch
+
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": device,
+    }
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        facts.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+            capability=list(torch.cuda.get_device_capability()),
+        )
+    return facts
+
+
+def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    verdicts: list[Verdict] = []
+    result: LoopResult | None = None
+    try:
+        result = run_loop(config, on_step=on_step)
+    except IntegrityError as exc:
+        verdicts.append(Verdict("data-flow-integrity", False, str(exc), "ids match", "reward inputs vs rollouts"))
+    if result is not None:
+        verdicts.append(
+            Verdict(
+                "data-flow-integrity",
+                True,
+                "ids match",
+                "ids match",
+                f"{config.steps * config.batch} rollouts scored in order, id for id",
+            )
+        )
+        verdicts += [reward_verdict([r.reward for r in result.records]), finite_verdict(result)]
+        verdicts += memory_verdicts(result, config.steps)
+        if config.lora:
+            verdicts += lora_verdicts(result.lora)
+    smoke = None
+    if distributed:
+        from verlenv.accept.dist import run_smoke
+
+        smoke = run_smoke(config.device)
+        verdicts.append(
+            Verdict(
+                "distributed-all-reduce",
+                smoke["all_reduce_ok"],
+                smoke["all_reduce"],
+                3.0,
+                f"{smoke['backend']}, {smoke['world_size']} processes",
+            )
+        )
+        verdicts.append(
+            Verdict(
+                "global-normalization",
+                smoke["normalization_ok"] and smoke["per_rank_differs"],
+                smoke["global_max_abs_diff"],
+                1e-5,
+                f"all-reduced whitening equals single-process whitening; per-rank whitening "
+                f"differs by {smoke['per_rank_max_abs_diff']:.3f}",
+            )
+        )
+    return _report(config, result, verdicts, smoke, time.perf_counter() - started)
+
+
+def _report(config, result, verdicts, smoke, seconds) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": "verlenv accept",
+        "verlenv_version": __version__,
+        "image_id": os.environ.get("VERLENV_IMAGE_ID", ""),
+        "profile": os.environ.get("VERLENV_PROFILE", ""),
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "passed": bool(verdicts) and all(v.passed for v in verdicts),
+        "seconds": round(seconds, 2),
+        "config": asdict(config),
+        "host": host_facts(config.device),
+        "backend": result.backend if result else None,
+        "algorithms": result.algorithms if result else None,
+        "verdicts": [asdict(v) for v in verdicts],
+        "steps": [asdict(r) for r in result.records] if result else [],
+        "memory": result.memory if result else {},
+        "lora": result.lora if result else {},
+        "distributed": smoke,
+    }
+
+
+def summary(report: dict[str, Any]) -> str:
+    steps = report["steps"]
+    lines = [
+        f"acceptance: {'PASSED' if report['passed'] else 'FAILED'} in {report['seconds']:.1f}s "
+        f"({len(steps)} steps, backend {report['backend']}, PPO math from {report['algorithms']}, "
+        f"device {report['host']['device']})"
+    ]
+    if steps:
+        lines.append(
+            f"  reward {steps[0]['reward']:.3f} -> {steps[-1]['reward']:.3f}; per step: gen "
+            f"{_mean(steps, 'gen_s'):.3f}s, train {_mean(steps, 'train_s'):.3f}s, sync {_mean(steps, 'sync_s'):.3f}s"
+        )
+    for v in report["verdicts"]:
+        mark = "ok" if v["passed"] else "FAIL"
+        lines.append(f"  [{mark}] {v['name']}: {v['detail']} (value {v['value']}, limit {v['threshold']})")
+    return "\n".join(lines)
+
+
+def _mean(steps: list[dict[str, Any]], key: str) -> float:
+    return sum(s[key] for s in steps) / len(steps)
+
+
+def plot(report: dict[str, Any], path: str) -> bool:
+    """PNG of reward and memory per step; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot([s["reward"] for s in report["steps"]])
+    top.set_ylabel("mean reward")
+    for name, series in report["memory"].items():
+        bottom.plot([v - series[0] for v in series], label=name)
+    bottom.set_ylabel("MiB since step 0")
+    bottom.set_xlabel("step")
+    bottom.legend()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

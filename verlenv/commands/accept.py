@@ -1,0 +1,96 @@
+"""verlenv accept: run the acceptance suite here (inside an image, or from source on a GPU host)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from verlenv import atomic
+from verlenv.errors import CheckFailed
+
+NAME = "accept"
+HELP = (
+    "Train a tiny causal LM with PPO for a few dozen steps (rollout, reward with id checks, GAE, clipped "
+    "policy and value losses, KL penalty, weight sync), require the reward to rise, gate memory growth "
+    "(Theil-Sen slope after warm-up, every step: CUDA allocated/reserved, NVML, RSS), and run a two-process "
+    "torch.distributed smoke. Writes a JSON report; exit 1 when a verdict fails."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=30, help="PPO steps (default 30)")
+    parser.add_argument("--batch", type=int, default=64, help="prompts per step (default 64)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "hf", "vllm"),
+        default="auto",
+        help="rollout engine: vllm when it imports and a GPU is present, else hf (default auto)",
+    )
+    parser.add_argument("--lora", action="store_true", help="train LoRA adapters; check the base stays frozen")
+    parser.add_argument(
+        "--inject-leak-mib",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hold N MiB more every step, to prove the memory gate fires",
+    )
+    parser.add_argument("--no-verl", action="store_true", help="use verlenv's PPO math even when verl imports")
+    parser.add_argument("--no-distributed", action="store_true", help="skip the two-process smoke")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report", type=Path, default=Path("acceptance-report.json"), help="where to write JSON")
+    parser.add_argument("--plot", type=Path, help="also write a PNG of reward and memory per step (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help="print the report to stdout")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no per-step progress")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from verlenv.accept.loop import AcceptConfig
+    from verlenv.accept.suite import plot, run_suite, summary
+
+    device = _device(args.device)
+    config = AcceptConfig(
+        steps=args.steps,
+        batch=args.batch,
+        device=device,
+        backend=args.backend,
+        lora=args.lora,
+        inject_leak_mib=args.inject_leak_mib,
+        seed=args.seed,
+        prefer_verl=not args.no_verl,
+    )
+
+    def progress(record) -> None:  # type: ignore[no-untyped-def]
+        if not args.quiet:
+            mem = ", ".join(f"{k} {v:.0f}" for k, v in record.memory.items())
+            print(
+                f"[accept] step {record.step:3d}  reward {record.reward:.3f}  pg {record.pg_loss:+.4f}  "
+                f"vf {record.vf_loss:.4f}  gen {record.gen_s:.2f}s train {record.train_s:.2f}s  {mem}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    report = run_suite(config, distributed=not args.no_distributed, on_step=progress)
+    atomic.write_text(args.report, json.dumps(report, indent=2) + "\n")
+    if args.plot and not plot(report, str(args.plot)):
+        print("accept: matplotlib is not installed; no plot written", file=sys.stderr)
+    print(json.dumps(report, indent=2) if args.json else summary(report))
+    if not args.json:
+        print(f"report: {args.report}")
+    if not report["passed"]:
+        failed = [v["name"] for v in report["verdicts"] if not v["passed"]]
+        raise CheckFailed(f"acceptance failed: {', '.join(failed)}", hint=f"details in {args.report}")
+    return 0
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        raise CheckFailed("torch is not installed: the acceptance suite needs the image's training stack") from None

@@ -1,0 +1,44 @@
+"""verlenv accept-image: run the acceptance suite inside a profile's built image (build host)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from verlenv.accept.suite import summary
+from verlenv.acceptance import accept_image
+from verlenv.cache import Cache, default_root
+from verlenv.errors import CheckFailed
+from verlenv.paths import find_root
+from verlenv.profile import default_profile
+
+NAME = "accept-image"
+HELP = (
+    "Run `verlenv accept` inside the profile's built image through the Docker engine (GPUs requested when "
+    "the host has them, --shm-size 8g, no network) and store the report under <cache>/acceptance/<image-id>.json, "
+    "where publish looks for it. Exit 1 when the suite fails."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile", metavar="NAME", help="profile whose image to accept (default: the default profile)"
+    )
+    parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
+    parser.add_argument("--gpus", choices=("auto", "all", "none"), default="auto", help="request GPUs (default: auto)")
+    parser.add_argument("--cache", type=Path, help="cache directory (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+    parser.add_argument("suite_args", nargs=argparse.REMAINDER, help="after --: arguments for `verlenv accept`")
+
+
+def execute(args: argparse.Namespace) -> int:
+    paths = find_root()
+    name = args.profile or default_profile(paths)
+    extra = tuple(a for a in args.suite_args if a != "--")
+    report, target = accept_image(
+        paths, name, Cache(args.cache or default_root()), image=args.image, gpus=args.gpus, args=extra
+    )
+    print(summary(report))
+    print(f"report: {target}")
+    if not report["passed"]:
+        raise CheckFailed(f"acceptance of {name} failed", hint=f"details in {target}")
+    return 0
