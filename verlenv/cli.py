@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from verlenv import __version__
 from verlenv.errors import ConfigError, InternalError, VerlenvError, exit_code_table
 
-COMMANDS = ("profiles", "lock", "verify", "base", "build", "doctor", "clean", "accept", "accept-image", "services")
+COMMANDS = (
+    "profiles",
+    "lock",
+    "verify",
+    "base",
+    "build",
+    "doctor",
+    "clean",
+    "accept",
+    "accept-image",
+    "lint-config",
+    "services",
+)
 
 
 def _epilog() -> str:

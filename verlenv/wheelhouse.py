@@ -25,6 +25,7 @@ from typing import Any
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
 from verlenv.cache import CHUNK, Cache
 from verlenv.errors import IntegrityError, ResolutionError
@@ -264,3 +265,19 @@ def _pip_download(profile: Profile, dist: LockedDist, cache: Cache) -> HouseFile
             )
         path = cache.store(files[0], sha, files[0].name)
     return HouseFile(dist.name, dist.version, path.name, sha, path)
+
+
+def fetch_wheel(name: str, version: str, cache: Cache) -> Path:
+    """One pure-Python wheel by name and version, through the cache (hash from the index, checked)."""
+    from packaging.utils import canonicalize_name
+
+    candidates = [f for f in project_files(default_index_url(), name) if f.filename.endswith("-none-any.whl")]
+    wanted = [f for f in candidates if parse_wheel_filename(f.filename)[1] == Version(version)]
+    if not wanted:
+        raise ResolutionError(f"no pure-Python wheel of {name} {version} on the index")
+    item = wanted[0]
+    cached = cache.cached_file(item.sha256)
+    if cached is not None:
+        return cached
+    dist = LockedDist(canonicalize_name(name), version, (item.sha256,))
+    return _download(item, dist, cache, Progress(1, item.size, quiet=True)).path

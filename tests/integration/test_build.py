@@ -140,3 +140,17 @@ def test_changing_only_the_verl_pin_reuses_the_lower_layers(  # type: ignore[no-
     assert before[:4] == after[:4]
     assert before[4] != after[4]
     assert engine.images.get(rebuilt.image_id).labels["io.verlenv.verl"] == "0.9.0"
+
+
+def test_doctor_config_lints_against_the_images_own_verl(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    config = (Path(__file__).resolve().parents[1] / "data" / "verl-configs" / "typos.yaml").read_text()
+    code, out = run_in(
+        engine,
+        cpu_smoke.image_id,
+        f"cat > /tmp/run.yaml <<'EOF'\n{config}EOF\nverlenv doctor --static --json --config /tmp/run.yaml "
+        "trainer.logger=[console]",
+    )
+    assert code == 1, out
+    check = next(c for c in json.loads(out)["checks"] if c["id"] == "config")
+    assert check["status"] == "fail" and "verl 0.9.1" in check["summary"]
+    assert any("did you mean 'trainer.total_epochs'" in d for d in check["details"])

@@ -77,7 +77,7 @@ def test_torch_that_cannot_import_is_reported_not_fatal(tmp_path: Path) -> None:
     code, checks = _doctor(venv)
     assert code == 1
     assert checks["import-probe"]["status"] == "fail" and "import torch fails" in checks["import-probe"]["summary"]
-    assert len(checks) == 13 and not [c for c in checks.values() if c["status"] == "crashed"]
+    assert len(checks) == 14 and not [c for c in checks.values() if c["status"] == "crashed"]
 
 
 def test_missing_symbol_in_installed_torch_fails_the_elf_check(tmp_path: Path) -> None:

@@ -36,6 +36,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manifest", type=Path, help="image manifest (default: $VERLENV_MANIFEST or /opt/verlenv/manifest.json)"
     )
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        metavar="CONFIG.yaml|OVERRIDE",
+        help="also lint this verl config (YAML and/or overrides) against the installed verl",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the import probe (default 60)")
     parser.add_argument("-v", "--verbose", action="store_true", help="all details and per-check timings")
 
@@ -52,7 +58,7 @@ def execute(args: argparse.Namespace) -> int:
                 f"--skip {skip}: no such check", hint=did_you_mean(skip, ids) or "see `verlenv doctor --list`"
             )
     selected = [c for c in CHECKS if c.id not in args.skip and (c.static or not args.static)]
-    facts = Facts(site=args.site, manifest_file=args.manifest, probe_timeout=args.timeout)
+    facts = Facts(site=args.site, manifest_file=args.manifest, probe_timeout=args.timeout, config=args.config)
     outcomes = run_checks(selected, facts)
     failing = {Status.FAIL, Status.CRASHED} | ({Status.WARN} if args.strict else set())
     code = 1 if any(o.result.status in failing for o in outcomes) else 0

@@ -168,3 +168,27 @@ def _base(version: str) -> str:
         return Version(version).base_version
     except InvalidVersion:
         return version
+
+
+def check_config(facts: Facts) -> Result:
+    """The verl config lint (lint-config) against the verl installed here, when --config is given."""
+    if not facts.config:
+        return Result(Status.SKIP, "no --config given")
+    from verlenv.commands.lint_config import collect
+    from verlenv.configlint.rules import lint
+    from verlenv.configlint.schema import load_schema
+
+    schema = load_schema()
+    findings = lint(schema, collect(facts.config), installed=True)
+    details = tuple(f"{f.severity}: {f.location}: {f.message} (fix: {f.fix})" for f in findings)
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:
+        return Result(
+            Status.FAIL,
+            f"{errors} error(s) in the verl config (verl {schema.version})",
+            details,
+            fix="see `verlenv lint-config` for each finding's fix",
+        )
+    if findings:
+        return Result(Status.WARN, f"{len(findings)} warning(s) in the verl config (verl {schema.version})", details)
+    return Result(Status.OK, f"the verl config matches verl {schema.version}'s schema")

@@ -48,8 +48,10 @@ class Facts:
         manifest_file: Path | None = None,
         root: Path = Path("/"),
         probe_timeout: float = 60.0,
+        config: list[str] | None = None,
     ) -> None:
         self.site = site or Path(sysconfig.get_paths()["purelib"])
+        self.config = config or []  # a verl YAML and/or overrides, from --config
         self._manifest_file = manifest_file
         self.root = root
         self.probe_timeout = probe_timeout

@@ -22,4 +22,5 @@ CHECKS: tuple[Check, ...] = (
     Check("shm", "/dev/shm size", r.check_shm, static=False),
     Check("env-vars", "Environment variables verl relies on or that are traps", r.check_env),
     Check("secrets", "Secrets visible in the environment", r.check_secrets),
+    Check("config", "verl config lint (--config)", i.check_config),
 )

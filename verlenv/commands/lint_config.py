@@ -1,0 +1,94 @@
+"""verlenv lint-config: check a verl config (YAML and/or Hydra overrides) against verl's own schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from verlenv.configlint.rules import Finding, lint
+from verlenv.configlint.schema import VerlSchema, load_schema
+from verlenv.configlint.source import Setting, parse_overrides, read_yaml
+from verlenv.errors import ConfigError
+
+NAME = "lint-config"
+HELP = (
+    "Lint a verl config before a job is queued: unknown keys (with 'did you mean'), '+' keys verl never reads, "
+    "keys from popular tips that do not exist, wrong types, values verl rejects (rollout.name, adv_estimator, "
+    "trainer.logger), engines not installed, logger prerequisites, and batch-size divisibility. Arguments: an "
+    "optional YAML file, then Hydra overrides as passed to verl.trainer.main_ppo. Exit 1 on errors (and on "
+    "warnings with --strict)."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="CONFIG.yaml|OVERRIDE",
+        help="a YAML file and/or overrides such as trainer.total_epochs=3 or +a.b=1",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--verl-wheel", type=Path, help="lint against this verl wheel (default: the installed verl)")
+    source.add_argument("--verl-version", help="lint against this verl release (wheel fetched into the cache)")
+    parser.add_argument("--json", action="store_true", help="versioned JSON output")
+    parser.add_argument("--strict", action="store_true", help="warnings fail too")
+
+
+def collect(inputs: list[str]) -> list[Setting]:
+    files = [i for i in inputs if i.endswith((".yaml", ".yml")) and "=" not in i]
+    if len(files) > 1:
+        raise ConfigError(f"give one YAML file, not {len(files)}: {', '.join(files)}")
+    settings = read_yaml(Path(files[0])) if files else []
+    return settings + parse_overrides([i for i in inputs if i not in files])
+
+
+def schema_for(args: argparse.Namespace) -> VerlSchema:
+    if args.verl_version:
+        from verlenv.cache import Cache, default_root
+        from verlenv.wheelhouse import fetch_wheel
+
+        return load_schema(fetch_wheel("verl", args.verl_version, Cache(default_root())))
+    return load_schema(args.verl_wheel)
+
+
+def execute(args: argparse.Namespace) -> int:
+    if not args.inputs:
+        raise ConfigError("nothing to lint", hint="verlenv lint-config run.yaml [overrides...]")
+    schema = schema_for(args)
+    findings = lint(schema, collect(args.inputs), installed=not (args.verl_wheel or args.verl_version))
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity == "warning"]
+    code = 1 if errors or (args.strict and warnings) else 0
+    if args.json:
+        print(json.dumps(to_json(schema, findings, code), indent=2))
+    else:
+        print(render(schema, findings))
+    return code
+
+
+def to_json(schema: VerlSchema, findings: list[Finding], code: int) -> dict:  # type: ignore[type-arg]
+    return {
+        "schema_version": 1,
+        "tool": "verlenv lint-config",
+        "verl_version": schema.version,
+        "source": schema.source,
+        "exit_code": code,
+        "findings": [f.__dict__ for f in findings],
+    }
+
+
+def render(schema: VerlSchema, findings: list[Finding]) -> str:
+    head = f"linted against verl {schema.version} ({schema.source})"
+    if not findings:
+        return f"{head}: no problems found"
+    lines = [head, ""]
+    for finding in findings:
+        lines += [
+            f"{finding.severity:<7} {finding.location}",
+            f"        {finding.message}",
+            f"        fix: {finding.fix}",
+        ]
+    errors = sum(f.severity == "error" for f in findings)
+    lines.append(f"\n{errors} error(s), {len(findings) - errors} warning(s)")
+    return "\n".join(lines)
