@@ -5,6 +5,8 @@
     nox -s verify -- --profile NAME                ABI-verify the locked wheels
     nox -s build-image -- --profile NAME           hermetic image build (default profile without args)
     nox -s accept -- --profile NAME                acceptance suite inside the built image
+    nox -s publish -- --profile NAME --registry R  push an accepted image by digest, update the catalog
+    nox -s release -- --profile NAME --registry R  the whole chain, stopping at the first failure
     nox -s tests                                   unit + integration tests (starts dockerd / registry as root)
 """
 
@@ -65,6 +67,21 @@ def accept(session: nox.Session) -> None:
     """Run the acceptance suite inside a profile's built image (`-- --profile NAME`)."""
     session.install("-e", BUILD)
     session.run("verlenv", "accept-image", *session.posargs)
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Push an accepted image by digest and record it in images/catalog.json (`-- --profile NAME --registry R`)."""
+    session.install("-e", BUILD)
+    session.run("verlenv", "publish", *session.posargs)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """lock check -> verify -> build -> accept -> publish (`-- --profile NAME --registry HOST[:PORT]/REPO`)."""
+    session.install("-e", BUILD)
+    session.run("verlenv", "services", "up")
+    session.run("verlenv", "release", *session.posargs)
 
 
 @nox.session

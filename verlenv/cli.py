@@ -27,6 +27,9 @@ COMMANDS = (
     "accept",
     "accept-image",
     "lint-config",
+    "publish",
+    "pull",
+    "release",
     "services",
 )
 

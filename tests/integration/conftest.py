@@ -79,3 +79,20 @@ def run_in(engine, image: str, command: str, **kwargs) -> tuple[int, str]:  # ty
         return int(status["StatusCode"]), container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def accepted(engine, cpu_smoke, project_copy: ProjectPaths, cache: Cache):  # type: ignore[no-untyped-def]
+    """The cpu-smoke image with a passing acceptance report stored by its image ID."""
+    from verlenv.acceptance import accept_image
+
+    report, _ = accept_image(
+        project_copy,
+        "cpu-smoke",
+        cache,
+        image=cpu_smoke.image_id,
+        gpus="none",
+        args=("--steps", "15", "--no-distributed"),
+    )
+    assert report["passed"], report["verdicts"]
+    return cpu_smoke

@@ -1,0 +1,44 @@
+"""verlenv publish: push an accepted image by digest and record it in images/catalog.json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from verlenv.cache import Cache, default_root
+from verlenv.output import print_json
+from verlenv.paths import find_root
+from verlenv.profile import default_profile
+from verlenv.publish import publish
+
+NAME = "publish"
+HELP = (
+    "Push a profile's image only if a passing acceptance report names this exact image ID (a GPU run for GPU "
+    "profiles): immutable tag PROFILE-LOCKSHA and moving tag PROFILE, digest read back from the registry, the "
+    "report attached as tag sha256-<digest>.acceptance, then images/catalog.json updated atomically. Registry "
+    "credentials come from Docker's normal credential store and are never printed."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", metavar="NAME", help="profile to publish (default: the default profile)")
+    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to push")
+    parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
+    parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
+    parser.add_argument("--cache", type=Path, help="where acceptance reports are (default: the verlenv cache)")
+    parser.add_argument("--json", action="store_true", help="print the catalog entry as JSON")
+
+
+def execute(args: argparse.Namespace) -> int:
+    paths = find_root()
+    name = args.profile or default_profile(paths)
+    target = args.catalog or paths.root / "images" / "catalog.json"
+    done = publish(paths, name, Cache(args.cache or default_root()), args.registry, target, args.image)
+    if args.json:
+        print_json({"published": done.entry.__dict__})
+    else:
+        print(f"published {name}\n  digest      {done.entry.by_digest}")
+        for tag in done.entry.tags:
+            print(f"  tag         {tag}")
+        print(f"  acceptance  {done.entry.repository}:{done.entry.attachment}\n  catalog     {done.catalog_path}")
+    return 0

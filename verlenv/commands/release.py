@@ -1,0 +1,54 @@
+"""verlenv release: the whole chain for one profile, with a summary table of stages."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from verlenv.cache import Cache, default_root
+from verlenv.output import table
+from verlenv.paths import find_root
+from verlenv.profile import default_profile
+from verlenv.release import run_release, stages
+
+NAME = "release"
+HELP = (
+    "lock check -> verify -> build -> accept -> publish for one profile, stopping at the first failure with that "
+    "stage's exit code, and a table of stages, times and artifacts at the end."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", metavar="NAME", help="profile to release (default: the default profile)")
+    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to publish")
+    parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
+    parser.add_argument("--cache", type=Path, help="cache directory (default: the verlenv cache)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no per-stage logs")
+
+
+def execute(args: argparse.Namespace) -> int:
+    paths = find_root()
+    name = args.profile or default_profile(paths)
+    plan = stages(
+        paths,
+        name,
+        Cache(args.cache or default_root()),
+        args.registry,
+        args.catalog or paths.root / "images" / "catalog.json",
+        args.quiet,
+    )
+    results = run_release(plan)
+    print(
+        table(
+            ["stage", "result", "seconds", "artifact"],
+            [
+                [r.name, "ok" if r.ok else f"FAILED (exit {r.exit_code})", f"{r.seconds:.1f}", r.artifact[:100]]
+                for r in results
+            ],
+        )
+    )
+    skipped = [n for n, _ in plan[len(results) :]]
+    if skipped:
+        print(f"not run: {', '.join(skipped)}")
+    failed = next((r for r in results if not r.ok), None)
+    return failed.exit_code if failed else 0
