@@ -213,13 +213,16 @@ def _engine_build(context: Path, labels: dict[str, str], options: BuildOptions) 
     client = ensure_engine()
     image_id = ""
     tail: list[str] = []
+    if labels:  # one LABEL instruction: the API's labels= becomes one build step (and commit) per label
+        dockerfile = context / "Dockerfile"
+        line = "LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+        dockerfile.write_text(dockerfile.read_text().rstrip("\n") + "\n" + line.replace("$", "\\$") + "\n")
     stream = client.api.build(
         path=str(context),
         network_mode="none",
         rm=True,
         forcerm=True,
         pull=False,
-        labels=labels,
         decode=True,
         nocache=options.nocache,
     )
