@@ -179,3 +179,21 @@ def test_hf_backend_sync_changes_what_it_generates(tmp_path: Path) -> None:
     backend.sync_weights(state)
     after = backend.generate(prompts, 4, seed=3)
     assert [r.response_ids for r in before] != [r.response_ids for r in after]
+
+
+def test_data_parallel_loop_keeps_ranks_in_sync_and_gates_each_rank() -> None:
+    from verlenv.accept.suite import run_dp_suite
+
+    report = run_dp_suite(AcceptConfig(steps=14, batch=32, prefer_verl=False), 2)
+    verdicts = _verdicts(report)
+    assert report["passed"], report["verdicts"]
+    assert verdicts["ranks-in-sync"] and verdicts["rank0-memory-rss_mib"] and verdicts["rank1-memory-rss_mib"]
+    assert report["data_parallel"]["backend"] == "gloo" and report["data_parallel"]["world_size"] == 2
+
+
+def test_data_parallel_leak_fails_on_every_rank() -> None:
+    from verlenv.accept.suite import run_dp_suite
+
+    verdicts = _verdicts(run_dp_suite(AcceptConfig(steps=14, batch=32, prefer_verl=False, inject_leak_mib=2), 2))
+    assert verdicts["rank0-memory-rss_mib"] is False and verdicts["rank1-memory-rss_mib"] is False
+    assert verdicts["ranks-in-sync"] is True

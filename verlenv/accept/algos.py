@@ -29,7 +29,7 @@ def masked_whiten(values, mask):  # type: ignore[no-untyped-def]
     return (values - mean) * torch.rsqrt(var + 1e-8)
 
 
-def gae(token_level_rewards, values, mask, gamma: float, lam: float):  # type: ignore[no-untyped-def]
+def gae(token_level_rewards, values, mask, gamma: float, lam: float, whiten=None):  # type: ignore[no-untyped-def]
     import torch
 
     with torch.no_grad():
@@ -44,7 +44,7 @@ def gae(token_level_rewards, values, mask, gamma: float, lam: float):  # type: i
             reversed_adv.append(last)
         advantages = torch.stack(reversed_adv[::-1], dim=1)
         returns = advantages + values
-        return masked_whiten(advantages, mask), returns
+        return (whiten or masked_whiten)(advantages, mask), returns
 
 
 def policy_loss(old_log_prob, log_prob, advantages, mask, clip: float):  # type: ignore[no-untyped-def]
@@ -106,3 +106,23 @@ def from_verl() -> Algorithms | None:
 
 def pick(prefer_verl: bool = True) -> Algorithms:
     return (from_verl() if prefer_verl else None) or LOCAL
+
+
+def global_whiten(values, mask):  # type: ignore[no-untyped-def]
+    """masked_whiten with mean and Bessel-corrected variance over every rank's tokens (all-reduce)."""
+    import torch
+    import torch.distributed as dist
+
+    stats = torch.stack([(values * mask).sum(), (values**2 * mask).sum(), mask.sum()]).double()
+    dist.all_reduce(stats)
+    total, total_sq, count = stats
+    mean = total / count
+    var = (total_sq / count - mean**2) * count / (count - 1)
+    return ((values - mean) * torch.rsqrt(var + 1e-8)).to(values.dtype)
+
+
+def distributed() -> Algorithms:
+    def dist_gae(rewards, values, mask, gamma, lam):  # type: ignore[no-untyped-def]
+        return gae(rewards, values, mask, gamma, lam, whiten=global_whiten)
+
+    return Algorithms("verlenv (data parallel, global whitening)", dist_gae, policy_loss, value_loss)

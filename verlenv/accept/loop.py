@@ -14,7 +14,7 @@ from verlenv.accept import algos
 from verlenv.accept.memory import LeakInjector, MemorySampler
 from verlenv.accept.rollout import HFRollout, RolloutBackend, VLLMRollout, vllm_usable
 from verlenv.accept.task import Rollout, make_prompts, reward
-from verlenv.accept.tiny import TinySpec, make_tiny
+from verlenv.accept.tiny import TinySpec, load_tiny, make_tiny
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class AcceptConfig:
     lora: bool = False
     inject_leak_mib: int = 0
     prefer_verl: bool = True
+    world_size: int = 1  # data-parallel ranks (verlenv.accept.dp sets rank and process group)
+    rank: int = 0
 
 
 @dataclass
@@ -60,6 +62,7 @@ class LoopResult:
     backend: str
     algorithms: str
     lora: dict[str, Any] = field(default_factory=dict)
+    params: list[Any] = field(default_factory=list, repr=False)  # final trainable tensors (DP sync check)
 
 
 class ActorCritic:
@@ -132,7 +135,10 @@ def run_loop(config: AcceptConfig, workdir: Path | None = None, on_step=None) ->
     torch.manual_seed(config.seed)
     with tempfile.TemporaryDirectory(prefix="verlenv-accept-") as tmp:
         model_dir = workdir or Path(tmp) / "tiny"
-        tokenizer, model = make_tiny(model_dir, TinySpec(seed=config.seed))
+        if (model_dir / "config.json").exists():  # made by the parent of data-parallel ranks
+            tokenizer, model = load_tiny(model_dir)
+        else:
+            tokenizer, model = make_tiny(model_dir, TinySpec(seed=config.seed))
         backend = make_backend(config, model_dir, tokenizer)
         return _train(config, tokenizer, model, backend, on_step)
 
@@ -140,7 +146,9 @@ def run_loop(config: AcceptConfig, workdir: Path | None = None, on_step=None) ->
 def _train(config: AcceptConfig, tokenizer, model, backend: RolloutBackend, on_step) -> LoopResult:  # type: ignore[no-untyped-def]
     import torch
 
-    math = algos.pick(config.prefer_verl)
+    # Data parallel: verl whitens advantages over the whole step batch; with several ranks that
+    # takes all-reduced statistics, which verl's single-process functions do not do.
+    math = algos.pick(config.prefer_verl) if config.world_size == 1 else algos.distributed()
     reference = copy.deepcopy(model).to(config.device).eval().requires_grad_(False)
     policy = ActorCritic(model, config.lora, config.device)
     base_before = _base_fingerprint(policy) if config.lora else None
@@ -150,7 +158,7 @@ def _train(config: AcceptConfig, tokenizer, model, backend: RolloutBackend, on_s
     records: list[StepRecord] = []
     lora_grads: list[float] = []
     for step in range(config.steps):
-        prompts = make_prompts(step, config.batch, config.seed)
+        prompts = make_prompts(step, config.batch, config.seed)[config.rank :: config.world_size]
         started = time.perf_counter()
         backend.wake()
         rollouts = backend.generate(prompts, config.response_len, seed=config.seed * 1000 + step)
@@ -168,7 +176,7 @@ def _train(config: AcceptConfig, tokenizer, model, backend: RolloutBackend, on_s
         leak.step()
         record = StepRecord(
             step,
-            sum(scores) / len(scores),
+            _global_mean(scores, config),
             stats["pg_loss"],
             stats["vf_loss"],
             stats["kl"],
@@ -182,7 +190,7 @@ def _train(config: AcceptConfig, tokenizer, model, backend: RolloutBackend, on_s
         if on_step:
             on_step(record)
     lora = _lora_facts(policy, base_before, lora_grads) if config.lora else {}
-    return LoopResult(records, sampler.series, backend.name, math.source, lora)
+    return LoopResult(records, sampler.series, backend.name, math.source, lora, policy.parameters())
 
 
 def _ppo_update(config, math, policy, reference, optimizer, rollouts, scores, pad_id) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -204,6 +212,8 @@ def _ppo_update(config, math, policy, reference, optimizer, rollouts, scores, pa
         vf = math.value_loss(values, returns, old_values, mask, config.value_clip)
         optimizer.zero_grad(set_to_none=True)
         (pg + config.vf_coef * vf).backward()
+        if config.world_size > 1:
+            _all_reduce_grads(policy, config.world_size)
         if config.lora:
             stats["lora_grad_norm"] = _lora_grad_norm(policy)
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
@@ -242,3 +252,23 @@ def _lora_facts(policy: ActorCritic, before: dict[str, float] | None, grads: lis
         "base_changed": changed,
         "base_trainable": trainable_base,
     }
+
+
+def _global_mean(values: list[float], config: AcceptConfig) -> float:
+    if config.world_size == 1:
+        return sum(values) / len(values)
+    import torch
+    import torch.distributed as dist
+
+    total = torch.tensor([sum(values), float(len(values))], dtype=torch.float64)
+    dist.all_reduce(total)
+    return float(total[0] / total[1])
+
+
+def _all_reduce_grads(policy: ActorCritic, world: int) -> None:
+    import torch.distributed as dist
+
+    for param in policy.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad)
+            param.grad /= world

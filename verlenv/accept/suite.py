@@ -102,6 +102,33 @@ def host_facts(device: str) -> dict[str, Any]:
     return facts
 
 
+def run_dp_suite(config: AcceptConfig, world: int) -> dict[str, Any]:
+    """The loop data-parallel over ``world`` processes: per-rank memory gates, ranks kept in sync."""
+    from verlenv.accept.dp import run_dp
+
+    started = time.perf_counter()
+    dp = run_dp(config, world)
+    verdicts = [Verdict(**dp["ranks"][0]["reward_verdict"])]
+    for rank in dp["ranks"]:
+        verdicts += [Verdict(**{**v, "name": f"rank{rank['rank']}-{v['name']}"}) for v in rank["verdicts"]]
+    spread = max(r["param_checksum_spread"] for r in dp["ranks"])
+    verdicts.append(
+        Verdict(
+            "ranks-in-sync",
+            spread == 0.0,
+            spread,
+            0.0,
+            f"{dp['backend']}: parameter checksums identical on all {world} ranks after training "
+            "(gradients all-reduced every step)",
+        )
+    )
+    report = _report(config, None, verdicts, None, time.perf_counter() - started)
+    report["data_parallel"] = dp
+    report["algorithms"] = dp["ranks"][0]["algorithms"]
+    report["backend"] = f"hf on each of {world} ranks ({dp['backend']})"
+    return report
+
+
 def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     verdicts: list[Verdict] = []

@@ -69,3 +69,12 @@ def make_tiny(where: Path, spec: TinySpec = TinySpec()):  # type: ignore[no-unty
     tokenizer = make_tokenizer(where)
     model = make_model(where, len(tokenizer), tokenizer, spec)
     return tokenizer, model
+
+
+def load_tiny(where: Path):  # type: ignore[no-untyped-def]
+    """The model and tokenizer make_tiny saved (data-parallel ranks share one copy made up front)."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(where)
+    tokenizer.padding_side = "left"
+    return tokenizer, AutoModelForCausalLM.from_pretrained(where)

@@ -40,6 +40,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verl", action="store_true", help="use verlenv's PPO math even when verl imports")
     parser.add_argument("--no-distributed", action="store_true", help="skip the two-process smoke")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the loop data-parallel over N processes (NCCL with N GPUs, gloo otherwise)",
+    )
     parser.add_argument("--report", type=Path, default=Path("acceptance-report.json"), help="where to write JSON")
     parser.add_argument("--plot", type=Path, help="also write a PNG of reward and memory per step (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print the report to stdout")
@@ -72,7 +79,12 @@ def execute(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    report = run_suite(config, distributed=not args.no_distributed, on_step=progress)
+    if args.world_size > 1:
+        from verlenv.accept.suite import run_dp_suite
+
+        report = run_dp_suite(config, args.world_size)
+    else:
+        report = run_suite(config, distributed=not args.no_distributed, on_step=progress)
     atomic.write_text(args.report, json.dumps(report, indent=2) + "\n")
     if args.plot and not plot(report, str(args.plot)):
         print("accept: matplotlib is not installed; no plot written", file=sys.stderr)
