@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import tarfile
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import ConfigError
@@ -61,3 +63,16 @@ def read_sdist_meta(path: Path) -> DistMeta:
 
 def read_meta(path: Path) -> DistMeta:
     return read_wheel_meta(path) if path.name.endswith(".whl") else read_sdist_meta(path)
+
+
+def exact_pin(requires: Iterable[str], name: str = "torch") -> str:
+    """The version an unconditional ``name==X`` in ``requires`` pins, or '' (used for fix hints)."""
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if canonicalize_name(req.name) == name and len(exact) == 1 and req.marker is None:
+            return exact[0]
+    return ""

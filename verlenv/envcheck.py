@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from verlenv.abicheck import BaseFacts, ObjectVerdict, SharedObject, TorchFacts, check_objects, torch_facts
+from verlenv.distmeta import exact_pin
 from verlenv.installed import Installed, by_name
 from verlenv.objscan import ObjectError, scan_site_packages
 
@@ -40,17 +38,7 @@ def owners(dists: dict[str, Installed]) -> dict[str, str]:
 
 
 def torch_pins(dists: dict[str, Installed]) -> dict[str, str]:
-    pins = {}
-    for name, dist in dists.items():
-        for text in dist.requires:
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
-                continue
-            exact = [s.version for s in req.specifier if s.operator == "=="]
-            if canonicalize_name(req.name) == "torch" and len(exact) == 1 and req.marker is None:
-                pins[name] = exact[0]
-    return pins
+    return {name: pin for name, dist in dists.items() if (pin := exact_pin(dist.requires))}
 
 
 def check_site(site: Path, base: BaseFacts) -> EnvReport:

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from verlenv import atomic
 from verlenv.abicheck import BaseFacts, ObjectVerdict, TorchFacts, apply_waivers, check_objects, torch_facts
 from verlenv.cache import Cache
-from verlenv.distmeta import DistMeta, read_meta
+from verlenv.distmeta import DistMeta, exact_pin, read_meta
 from verlenv.errors import CheckFailed
 from verlenv.lock import check as lock_check
 from verlenv.lockfile import Lock, read_lock
@@ -159,14 +158,7 @@ def _base_facts(profile: Profile) -> BaseFacts:
 
 def _torch_pins(metas: dict[str, DistMeta]) -> dict[str, str]:
     """dist -> the exact torch version its Requires-Dist pins (torch==X), for fix hints."""
-    pins = {}
-    for name, meta in metas.items():
-        for text in meta.requires_dist:
-            req = Requirement(text)
-            exact = [s.version for s in req.specifier if s.operator == "=="]
-            if canonicalize_name(req.name) == "torch" and len(exact) == 1 and req.marker is None:
-                pins[name] = exact[0]
-    return pins
+    return {name: pin for name, meta in metas.items() if (pin := exact_pin(meta.requires_dist))}
 
 
 def write_report(report: VerifyReport, path: Path) -> None:

@@ -11,6 +11,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from verlenv.distmeta import exact_pin
 from verlenv.doctor.model import Facts, Result, Status
 from verlenv.knowledge import KNOWN_BAD_VLLM, verl_vllm_gate
 
@@ -142,15 +143,9 @@ def check_version_illusion(facts: Facts) -> Result:
         details.append(f"vllm: dist-info {vllm.version}, vllm/_version.py {vllm_file or '?'}")
         if vllm_file and _base(vllm_file) != _base(str(vllm.version)):
             problems.append(f"vllm's files say {vllm_file} but its metadata says {vllm.version}")
-        pins = [
-            s.version
-            for r in vllm.requires
-            if canonicalize_name(Requirement(r).name) == "torch"
-            for s in Requirement(r).specifier
-            if s.operator == "=="
-        ]
-        if pins and _base(pins[0]) != _base(str(torch.version)):
-            problems.append(f"vllm {vllm.version} was built for torch {pins[0]}; torch {torch.version} is installed")
+        pin = exact_pin(vllm.requires)
+        if pin and _base(pin) != _base(str(torch.version)):
+            problems.append(f"vllm {vllm.version} was built for torch {pin}; torch {torch.version} is installed")
     if problems:
         return Result(
             Status.FAIL,
