@@ -28,8 +28,6 @@ STATE_DIR = Path(os.environ.get("VERLENV_STATE_DIR", "/var/lib/verlenv"))
 DOCKERD_LOG = STATE_DIR / "dockerd.log"
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "1.41"
-# Daemons we started, kept referenced: a Popen dropped while its child runs raises ResourceWarning.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def _say(message: str) -> None:
@@ -115,11 +113,18 @@ def _start_dockerd() -> None:
         _spawn([dockerd, *DOCKERD_ARGS], log)
 
 
-def _spawn(cmd: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
-    # A new session and no inherited pipes: the daemon outlives this process cleanly.
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    _CHILDREN[proc.pid] = proc
-    return proc
+def _spawn(cmd: list[str], log: IO[bytes]) -> int:
+    """Start a daemon in its own session, stdin from /dev/null, output to ``log``; return its pid.
+
+    posix_spawn rather than Popen: a Popen object for a daemon that outlives us would be reported
+    as a leaked, still-running subprocess when the interpreter exits.
+    """
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, log.fileno(), 1),
+        (os.POSIX_SPAWN_DUP2, log.fileno(), 2),
+    ]
+    return os.posix_spawn(cmd[0], cmd, dict(os.environ), file_actions=actions, setsid=True)
 
 
 def free_port() -> int:
@@ -156,13 +161,15 @@ class Registry:
 
 
 def _alive(pid: int) -> bool:
+    try:  # our own child that exited is a zombie until reaped: reap it, then it is gone
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: kill(0) below tells
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:  # ours, and exited: poll() reaped it
-        del _CHILDREN[pid]
         return False
     return True
 
@@ -188,13 +195,13 @@ def start_registry(storage: Path, port: int | None = None, timeout_s: float = 30
     )
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     with (storage / "registry.log").open("ab") as log:
-        proc = _spawn([binary, "serve", str(config)], log)
-    registry = Registry(port=port, storage=storage, pid=proc.pid)
+        pid = _spawn([binary, "serve", str(config)], log)
+    registry = Registry(port=port, storage=storage, pid=pid)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if registry.answers():
             return registry
-        if proc.poll() is not None:
+        if not _alive(pid):
             break
         time.sleep(0.2)
     registry.stop()
