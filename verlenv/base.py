@@ -124,14 +124,14 @@ def _debootstrap(base: Base, rootfs: Path, mirror: str, quiet: bool) -> None:
     cmd += [base.suite, str(rootfs), mirror]
     _say(f"debootstrap {base.suite} ({len(base.packages)} extra packages) from the host's Debian mirror", quiet)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: deque[str] = deque(maxlen=20)
-    assert proc.stdout is not None
-    for count, line in enumerate(proc.stdout):
-        tail.append(line.rstrip())
-        if not quiet and count % 40 == 0:
-            _say(f"  {line.strip()}", quiet)
-    if proc.wait() != 0:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for count, line in enumerate(proc.stdout):
+            tail.append(line.rstrip())
+            if not quiet and count % 40 == 0:
+                _say(f"  {line.strip()}", quiet)
+    if proc.returncode != 0:
         raise ServiceError("debootstrap failed:\n" + "\n".join(tail))
     for rel in _CLEAN:
         target = rootfs / rel

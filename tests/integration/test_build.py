@@ -154,3 +154,40 @@ def test_doctor_config_lints_against_the_images_own_verl(engine, cpu_smoke) -> N
     check = next(c for c in json.loads(out)["checks"] if c["id"] == "config")
     assert check["status"] == "fail" and "verl 0.9.1" in check["summary"]
     assert any("did you mean 'trainer.total_epochs'" in d for d in check["details"])
+
+
+IN_PLACE_UPGRADE = r"""
+import base64, hashlib, zipfile
+files = {"pylatexenc/__init__.py": b"__version__ = '2.99'\n"}
+info = "pylatexenc-2.99.dist-info"
+files[f"{info}/METADATA"] = b"Metadata-Version: 2.1\nName: pylatexenc\nVersion: 2.99\n"
+files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+digest = lambda d: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+record = "".join(f"{p},sha256={digest(d)},{len(d)}\n" for p, d in files.items()) + f"{info}/RECORD,,\n"
+files[f"{info}/RECORD"] = record.encode()
+with zipfile.ZipFile("/tmp/pylatexenc-2.99-py3-none-any.whl", "w") as whl:
+    for p, d in files.items():
+        whl.writestr(p, d)
+"""
+
+
+def test_in_place_upgrade_inside_the_image_is_drift_and_leaves_leftovers(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    """pip install of another version of a locked package, in place: doctor fails on drift, clean finds
+    the old version's dist-info and files."""
+    _, out = run_in(
+        engine,
+        cpu_smoke.image_id,
+        f"python - <<'EOF'\n{IN_PLACE_UPGRADE}\nEOF\n"
+        "pip install -q --no-index --no-deps --ignore-installed /tmp/pylatexenc-2.99-py3-none-any.whl"
+        " && verlenv doctor --static --json > /tmp/doctor.json; echo doctor=$?;"
+        " verlenv clean --check --json --no-caches > /tmp/clean.json; echo clean=$?;"
+        " cat /tmp/doctor.json; echo '@@'; cat /tmp/clean.json",
+    )
+    assert "doctor=1" in out and "clean=1" in out, out
+    doctor_text, clean_text = out.split("@@")
+    doctor = json.loads(doctor_text[doctor_text.index("{") :])
+    drift = next(c for c in doctor["checks"] if c["id"] == "manifest-drift")
+    assert drift["status"] == "fail" and "changed: pylatexenc 2.11 -> 2.99" in drift["details"]
+    found = json.loads(clean_text)["found"]
+    kinds = {(f["kind"], f["path"].split("site-packages/")[1].split("/")[0]) for f in found}
+    assert ("duplicate-dist-info", "pylatexenc-2.11.dist-info") in kinds
