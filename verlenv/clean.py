@@ -130,16 +130,21 @@ def _duplicates(site: Path, infos: list[Installed]) -> Iterator[Stale]:
             )
 
 
-def _matching_files(site: Path, info: Installed, sample: int = 50) -> int:
-    score = 0
-    for rel, digest in sorted(info.hashes)[:sample]:
-        path = site / rel
+def _matching_files(site: Path, info: Installed, sample: int = 50) -> float:
+    """Share of the dist-info's recorded files whose bytes on disk still match its RECORD.
+
+    A share, not a count: the version installed last owns every file it wrote, while an older,
+    larger version still "owns" all the files the newer one did not overwrite.
+    """
+    checked = sorted(info.hashes)[:sample]
+    matched = 0
+    for rel, digest in checked:
         try:
-            actual = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+            data = (site / rel).read_bytes()
         except OSError:
             continue
-        score += actual == digest
-    return score
+        matched += base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() == digest
+    return matched / len(checked) if checked else 0.0
 
 
 def _shadowing(site: Path, infos: list[Installed]) -> Iterator[Stale]:
