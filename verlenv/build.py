@@ -8,7 +8,6 @@ build with network_mode="none" and no tag, and tag only the image the engine ret
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import re
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 from verlenv import __version__
 from verlenv.base import make_base
 from verlenv.bases import Base
-from verlenv.cache import Cache
+from verlenv.cache import Cache, sha256_of
 from verlenv.context import assemble, group_layers, source_date_epoch
 from verlenv.errors import CheckFailed, ConfigError, ServiceError
 from verlenv.lock import check as lock_check
@@ -129,7 +128,7 @@ def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[P
             hint="add digest = \"sha256:...\" to it in images/bases.toml (README: 'Base images'), "
             "or pass --allow-unpinned-base knowingly",
         )
-    return profile, lock, hashlib.sha256(report_file.read_bytes()).hexdigest()
+    return profile, lock, sha256_of(report_file)
 
 
 def _base_reference(paths: ProjectPaths, base: Base, options: BuildOptions) -> str:
@@ -175,7 +174,7 @@ def _verlenv_wheel(root: Path, cache: Cache, epoch: int) -> HouseFile:
         env={"SOURCE_DATE_EPOCH": str(epoch)},
     )
     [wheel] = list(out.glob("verlenv-*.whl"))
-    return HouseFile("verlenv", __version__, wheel.name, hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel)
+    return HouseFile("verlenv", __version__, wheel.name, sha256_of(wheel), wheel)
 
 
 def _labels(profile: Profile, lock: Lock, verify_sha: str, manifest: Manifest, root: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv.installed import Installed, read_installed
+from verlenv.installed import Installed, read_installed, top_levels
 
 STAMP = ".verlenv-stamp.json"
 
@@ -48,19 +48,9 @@ def find_stale(
     return sorted(found, key=lambda s: (s.kind, str(s.path)))
 
 
-def _top_levels(infos: list[Installed]) -> dict[str, Installed]:
-    owners: dict[str, Installed] = {}
-    for info in infos:
-        for rel in info.files:
-            top = rel.split("/", 1)[0]
-            if "/" in rel and not top.endswith((".dist-info", ".data")) and top not in ("..", "__pycache__"):
-                owners.setdefault(top, info)
-    return owners
-
-
 def _unrecorded(site: Path, infos: list[Installed], recorded: frozenset[str]) -> Iterator[Stale]:
     root = str(site)
-    for top, owner in sorted(_top_levels(infos).items()):
+    for top, owner in sorted(top_levels(infos).items()):
         folder = site / top
         if not folder.is_dir() or folder.is_symlink():
             continue
@@ -148,7 +138,7 @@ def _matching_files(site: Path, info: Installed, sample: int = 50) -> float:
 
 
 def _shadowing(site: Path, infos: list[Installed]) -> Iterator[Stale]:
-    installed_tops = set(_top_levels(infos))
+    installed_tops = set(top_levels(infos))
     names = {i.name for i in infos}
     for pth in sorted(site.glob("*.pth")):
         try:

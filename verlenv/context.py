@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from verlenv import __version__
-from verlenv.cache import CHUNK
+from verlenv.cache import sha256_of
 from verlenv.errors import IntegrityError
 from verlenv.manifest import Manifest
 from verlenv.profile import LAYER_ORDER, Profile
@@ -65,13 +63,10 @@ def assemble(
 
 
 def _link_verified(house: HouseFile, target: Path) -> int:
-    digest = hashlib.sha256()
-    with house.path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != house.sha256:
+    actual = sha256_of(house.path)
+    if actual != house.sha256:
         raise IntegrityError(
-            f"{house.path}: sha256 is {digest.hexdigest()}, the lock says {house.sha256}; nothing was built or tagged",
+            f"{house.path}: sha256 is {actual}, the lock says {house.sha256}; nothing was built or tagged",
             hint="the cached wheel was altered; delete it and re-run `verlenv verify` to fetch it again",
         )
     try:
@@ -105,7 +100,3 @@ def render_dockerfile(template: Path, profile: str, base_ref: str, layers: list[
         builder_steps="\n".join(_BUILDER_STEP.format(**step) for step in steps),
         final_steps="\n".join(_FINAL_STEP.format(**step) for step in steps),
     )
-
-
-def verlenv_version() -> str:
-    return __version__

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from verlenv.abicheck import BaseFacts, ObjectVerdict, SharedObject, TorchFacts, check_objects, torch_facts
 from verlenv.distmeta import exact_pin
-from verlenv.installed import Installed, by_name
+from verlenv.installed import Installed, by_name, top_levels
 from verlenv.objscan import ObjectError, scan_site_packages
 
 
@@ -26,24 +26,13 @@ class EnvReport:
         return not self.errors and all(v.ok for v in self.verdicts)
 
 
-def owners(dists: dict[str, Installed]) -> dict[str, str]:
-    """Top-level directory -> 'name version', from each distribution's RECORD."""
-    result: dict[str, str] = {}
-    for dist in dists.values():
-        for rel in dist.files:
-            top = rel.split("/", 1)[0]
-            if "/" in rel and not top.endswith((".dist-info", ".data")) and top != "..":
-                result.setdefault(top, dist.label)
-    return result
-
-
 def torch_pins(dists: dict[str, Installed]) -> dict[str, str]:
     return {name: pin for name, dist in dists.items() if (pin := exact_pin(dist.requires))}
 
 
 def check_site(site: Path, base: BaseFacts) -> EnvReport:
     dists = by_name(site)
-    owner_of = owners(dists)
+    owner_of = {top: dist.label for top, dist in top_levels(dists.values()).items()}
     objects: list[SharedObject] = []
     errors: list[ObjectError] = []
     for item in scan_site_packages(site):

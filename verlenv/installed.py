@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -98,3 +99,14 @@ def forget(site: Path) -> None:
 def by_name(site: Path) -> dict[str, Installed]:
     """name -> distribution; with duplicates, the last dist-info in sorted order wins."""
     return {d.name: d for d in read_installed(site)}
+
+
+def top_levels(dists: Iterable[Installed]) -> dict[str, Installed]:
+    """Top-level directory of site-packages -> the first distribution whose RECORD puts files in it."""
+    owners: dict[str, Installed] = {}
+    for dist in dists:
+        for rel in dist.files:
+            top = rel.split("/", 1)[0]
+            if "/" in rel and not top.endswith((".dist-info", ".data")) and top not in ("..", "__pycache__"):
+                owners.setdefault(top, dist)
+    return owners

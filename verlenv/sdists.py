@@ -7,14 +7,13 @@ The image build has no network and installs wheels only, so these are built here
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from pathlib import Path
 
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 
-from verlenv.cache import Cache
+from verlenv.cache import Cache, sha256_of
 from verlenv.errors import ResolutionError
 from verlenv.tools import run, uv_binary
 from verlenv.wheelhouse import HouseFile
@@ -47,5 +46,4 @@ def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: st
 
 
 def _house(sdist: HouseFile, wheel: Path) -> HouseFile:
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    return HouseFile(sdist.name, sdist.version, wheel.name, digest, wheel)
+    return HouseFile(sdist.name, sdist.version, wheel.name, sha256_of(wheel), wheel)

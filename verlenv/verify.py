@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from verlenv.objscan import ObjectError
 from verlenv.paths import ProjectPaths
 from verlenv.profile import Profile, load_profile
 from verlenv.wheelhouse import Wheelhouse, fill
-from verlenv.wheelscan import WheelScan, scan_wheel
+from verlenv.wheelscan import scan_wheel
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -165,11 +164,6 @@ def write_report(report: VerifyReport, path: Path) -> None:
     atomic.write_text(path, json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
 
 
-def scans_summary(scans: list[WheelScan]) -> str:
-    cached = sum(s.from_cache for s in scans)
-    return f"{len(scans)} wheels scanned ({cached} from the symbol cache)"
-
-
 def render(report: VerifyReport, verbose: bool = False) -> str:
     lines = [
         f"verify {report.profile}: lock {report.lock_sha256[:12]}, {report.distributions} distributions, "
@@ -215,7 +209,3 @@ def _render_elf(report: VerifyReport, verbose: bool) -> list[str]:
     if not bad and not verbose and report.objects:
         lines.append("  all OK (-v lists each, with the alternative builds that are not used here)")
     return lines
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)

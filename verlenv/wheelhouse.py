@@ -27,7 +27,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from verlenv.cache import CHUNK, Cache
+from verlenv.cache import CHUNK, Cache, sha256_of
 from verlenv.errors import IntegrityError, ResolutionError
 from verlenv.index import IndexFile, default_index_url, project_files
 from verlenv.lockfile import Lock, LockedDist
@@ -257,7 +257,7 @@ def _pip_download(profile: Profile, dist: LockedDist, cache: Cache) -> HouseFile
         files = list(Path(tmp).iterdir())
         if len(files) != 1:
             raise ResolutionError(f"pip download {dist.pin} produced {len(files)} files")
-        sha = hashlib.sha256(files[0].read_bytes()).hexdigest()
+        sha = sha256_of(files[0])
         if sha not in dist.hashes:
             raise IntegrityError(
                 f"{files[0].name}: sha256 {sha} is not one of the lock's hashes for {dist.pin}",

@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from verlenv.services import free_port
+
 WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def batch(seed: int = 0):  # type: ignore[no-untyped-def]
@@ -39,7 +34,7 @@ def _worker(rank: int, port: int, backend: str, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from verlenv.accept.algos import masked_whiten
+    from verlenv.accept.algos import global_whiten, masked_whiten
 
     device = f"cuda:{rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
@@ -51,12 +46,7 @@ def _worker(rank: int, port: int, backend: str, out: str) -> None:
         values, mask = batch()
         rows = slice(rank * 4, rank * 4 + 4)
         shard, shard_mask = values[rows].to(device), mask[rows].to(device)
-        stats = torch.stack([(shard * shard_mask).sum(), (shard**2 * shard_mask).sum(), shard_mask.sum()])
-        dist.all_reduce(stats)
-        total, total_sq, count = stats
-        mean = total / count
-        var = (total_sq / count - mean**2) * count / (count - 1)
-        global_white = ((shard - mean) * torch.rsqrt(var + 1e-8)).cpu()
+        global_white = global_whiten(shard, shard_mask).cpu()
         local_white = masked_whiten(shard, shard_mask).cpu()
         gathered = [torch.zeros_like(global_white) for _ in range(WORLD)]
         dist.all_gather_object(gathered, global_white)
@@ -92,7 +82,7 @@ def run_smoke(device: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "result.json")
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (shared hosts)
-        mp.spawn(_worker, args=(_free_port(), backend, out), nprocs=WORLD, join=True)
+        mp.spawn(_worker, args=(free_port(), backend, out), nprocs=WORLD, join=True)
         result = json.loads(Path(out).read_text())
     result["all_reduce_ok"] = result["all_reduce"] == float(sum(range(1, WORLD + 1)))
     result["normalization_ok"] = result["global_max_abs_diff"] < 1e-5

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verlenv.accept.dist import _free_port
 from verlenv.accept.tiny import TinySpec, make_tiny
+from verlenv.services import free_port
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, config_json: str, out: str, model_dir: str) -> None:
@@ -74,7 +74,7 @@ def run_dp(config, world: int) -> dict[str, Any]:  # type: ignore[no-untyped-def
         make_tiny(model_dir, TinySpec(seed=config.seed))
         mp.spawn(
             _rank_main,
-            args=(world, _free_port(), backend, json.dumps(fields), out, str(model_dir)),
+            args=(world, free_port(), backend, json.dumps(fields), out, str(model_dir)),
             nprocs=world,
             join=True,
         )
