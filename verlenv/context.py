@@ -81,13 +81,14 @@ def _link_verified(house: HouseFile, target: Path) -> int:
 # Some wheels carry files for newer Pythons (torch's py312_intrinsics.py) that cannot compile;
 # like pip's own compile step, those are skipped (-qq, status ignored), the install is not.
 # --ignore-installed: installing into a prefix must never uninstall the builder venv's own pip.
-_BUILDER_STEP = """COPY layers/{layer}/ /wheels/{layer}/
+_BUILDER_STEP = """FROM builder AS layer-{layer}
+COPY layers/{layer}/ /wheels/{layer}/
 RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile --ignore-installed \\
         --no-warn-script-location --find-links /wheels/{layer} --prefix {prefix} \\
         -r /wheels/{layer}/requirements.txt \\
  && ({venv}/bin/python -m compileall -qq -j 0 --invalidation-mode unchecked-hash \\
         -s {prefix} -p {venv} {prefix} || true)"""
-_FINAL_STEP = "COPY --from=builder {prefix}/ {venv}/"
+_FINAL_STEP = "COPY --from=layer-{layer} {prefix}/ {venv}/"
 
 
 def render_dockerfile(template: Path, profile: str, base_ref: str, layers: list[str], epoch: int) -> str:
@@ -97,6 +98,6 @@ def render_dockerfile(template: Path, profile: str, base_ref: str, layers: list[
         base=base_ref,
         venv=VENV,
         source_date_epoch=epoch,
-        builder_steps="\n".join(_BUILDER_STEP.format(**step) for step in steps),
+        builder_steps="\n\n".join(_BUILDER_STEP.format(**step) for step in steps),
         final_steps="\n".join(_FINAL_STEP.format(**step) for step in steps),
     )

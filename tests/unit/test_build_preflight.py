@@ -66,8 +66,12 @@ def test_unpinned_registry_base_is_refused_unless_opted_out(project: ProjectPath
 def test_dockerfile_orders_layers_and_keeps_wheels_in_the_builder(repo_paths: ProjectPaths) -> None:
     text = render_dockerfile(repo_paths.root / REPO_TEMPLATE, "p", "base:1", ["torch", "engine", "deps", "verl"], 42)
     final = text[text.index("\nFROM base:1\n") :]
-    copies = [line for line in final.splitlines() if line.startswith("COPY --from=builder")]
-    assert copies == [f"COPY --from=builder /layers/{n}/ /opt/venv/" for n in ("torch", "engine", "deps", "verl")]
+    copies = [line for line in final.splitlines() if line.startswith("COPY --from=")]
+    assert copies == [f"COPY --from=layer-{n} /layers/{n}/ /opt/venv/" for n in ("torch", "engine", "deps", "verl")]
+    # Each layer installs in its own stage, so a change above it leaves its stage image (and the
+    # engine's cached hash of what COPY --from reads there) untouched.
+    stages = [line for line in text.splitlines() if line.startswith("FROM builder AS ")]
+    assert stages == [f"FROM builder AS layer-{n}" for n in ("torch", "engine", "deps", "verl")]
     assert "/wheels/" not in final and "pip install" not in final
     assert text.count("--no-index --no-deps --require-hashes") == 4
     assert "SOURCE_DATE_EPOCH=42" in final and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in final
