@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.engine import forget_registry_tags
 from verlenv import services
 from verlenv.build import BuildOptions, BuildResult, build_image
 from verlenv.cache import Cache, default_root
@@ -37,11 +38,12 @@ def engine():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Registry]:
+def registry(engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Registry]:  # type: ignore[no-untyped-def]
     """A fresh Distribution registry on 127.0.0.1:<free port>, storage in a temp dir."""
     reg = services.start_registry(Path(tmp_path_factory.mktemp("registry")))
     yield reg
     reg.stop()
+    forget_registry_tags(engine, reg.host)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.engine import forget_registry_tags
 from tests.helpers.faultproxy import FAKE_DIGEST, lying_proxy
 from verlenv import services
 from verlenv.acceptance import report_file
@@ -27,6 +28,7 @@ def shared_registry(engine, tmp_path_factory: pytest.TempPathFactory):  # type: 
     reg = services.start_registry(Path(tmp_path_factory.mktemp("shared-registry")))
     yield reg
     reg.stop()
+    forget_registry_tags(engine, reg.host)
 
 
 def _repositories(registry: services.Registry) -> list[str]:
