@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -46,12 +47,14 @@ def assemble(
         shutil.rmtree(where)
     where.mkdir(parents=True)
     layers = group_layers(profile, files)
-    size = 0
+    jobs = [(house, where / "layers" / layer / house.filename) for layer, items in layers.items() for house in items]
+    for layer in layers:
+        (where / "layers" / layer).mkdir(parents=True)
+    # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        size = sum(pool.map(lambda job: _link_verified(*job), jobs))
     for layer, items in layers.items():
         folder = where / "layers" / layer
-        folder.mkdir(parents=True)
-        for house in items:
-            size += _link_verified(house, folder / house.filename)
         (folder / "requirements.txt").write_text(
             "".join(f"{h.name}=={h.version} --hash=sha256:{h.sha256}\n" for h in items)
         )
