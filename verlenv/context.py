@@ -47,17 +47,17 @@ def assemble(
         shutil.rmtree(where)
     where.mkdir(parents=True)
     layers = group_layers(profile, files)
-    jobs = [(house, where / "layers" / layer / house.filename) for layer, items in layers.items() for house in items]
-    for layer in layers:
-        (where / "layers" / layer).mkdir(parents=True)
-    # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        size = sum(pool.map(lambda job: _link_verified(*job), jobs))
+    jobs = []
     for layer, items in layers.items():
         folder = where / "layers" / layer
+        folder.mkdir(parents=True)
         (folder / "requirements.txt").write_text(
             "".join(f"{h.name}=={h.version} --hash=sha256:{h.sha256}\n" for h in items)
         )
+        jobs += [(house, folder / house.filename) for house in items]
+    # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        size = sum(pool.map(lambda job: _link_verified(*job), jobs))
     (where / "manifest.json").write_text(manifest.to_json())
     (where / "Dockerfile").write_text(
         render_dockerfile(template, profile.name, base_ref, list(layers), manifest.source_date_epoch)
