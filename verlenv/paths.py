@@ -24,6 +24,10 @@ class ProjectPaths:
         return self.root / "images" / "bases.toml"
 
     @property
+    def catalog(self) -> Path:
+        return self.root / "images" / "catalog.json"
+
+    @property
     def lockfiles(self) -> Path:
         return self.root / "lockfiles"
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from verlenv.accept.suite import summary
 from verlenv.acceptance import accept_image
-from verlenv.cache import Cache, default_root
+from verlenv.commands.options import add_cache_option, cache_of
 from verlenv.errors import CheckFailed
 from verlenv.paths import find_root
 from verlenv.profile import default_profile
@@ -26,7 +25,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
     parser.add_argument("--gpus", choices=("auto", "all", "none"), default="auto", help="request GPUs (default: auto)")
-    parser.add_argument("--cache", type=Path, help="cache directory (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+    add_cache_option(parser)
     parser.add_argument("suite_args", nargs=argparse.REMAINDER, help="after --: arguments for `verlenv accept`")
 
 
@@ -34,9 +33,7 @@ def execute(args: argparse.Namespace) -> int:
     paths = find_root()
     name = args.profile or default_profile(paths)
     extra = tuple(a for a in args.suite_args if a != "--")
-    report, target = accept_image(
-        paths, name, Cache(args.cache or default_root()), image=args.image, gpus=args.gpus, args=extra
-    )
+    report, target = accept_image(paths, name, cache_of(args), image=args.image, gpus=args.gpus, args=extra)
     print(summary(report))
     print(f"report: {target}")
     if not report["passed"]:

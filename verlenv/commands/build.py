@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from verlenv.build import BuildOptions, build_image, summary
-from verlenv.cache import Cache, default_root
+from verlenv.commands.options import add_cache_option, cache_of
 from verlenv.output import print_json
 from verlenv.paths import find_root
 from verlenv.profile import default_profile
@@ -24,7 +23,7 @@ HELP = (
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME", help="profile to build (default: the default profile)")
     parser.add_argument("--allow-unpinned-base", action="store_true", help="accept a registry base without a digest")
-    parser.add_argument("--cache", type=Path, help="cache directory (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+    add_cache_option(parser)
     parser.add_argument("--no-cache", action="store_true", help="do not reuse the engine's layer cache")
     parser.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -40,7 +39,7 @@ def execute(args: argparse.Namespace) -> int:
         nocache=args.no_cache,
         extra_tags=tuple(args.tag),
     )
-    result = build_image(paths, name, Cache(args.cache or default_root()), options)
+    result = build_image(paths, name, cache_of(args), options)
     if args.json:
         print_json(
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verlenv.cache import Cache, default_root
+from verlenv.commands.options import add_cache_option, cache_of
 from verlenv.output import print_json
 from verlenv.paths import find_root
 from verlenv.profile import default_profile
@@ -25,15 +25,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to push")
     parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
-    parser.add_argument("--cache", type=Path, help="where acceptance reports are (default: the verlenv cache)")
+    add_cache_option(parser, "where acceptance reports are")
     parser.add_argument("--json", action="store_true", help="print the catalog entry as JSON")
 
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
     name = args.profile or default_profile(paths)
-    target = args.catalog or paths.root / "images" / "catalog.json"
-    done = publish(paths, name, Cache(args.cache or default_root()), args.registry, target, args.image)
+    target = args.catalog or paths.catalog
+    done = publish(paths, name, cache_of(args), args.registry, target, args.image)
     if args.json:
         print_json({"published": done.entry.__dict__})
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verlenv.cache import Cache, default_root
+from verlenv.commands.options import add_cache_option, cache_of
 from verlenv.output import table
 from verlenv.paths import find_root
 from verlenv.profile import default_profile
@@ -22,7 +22,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME", help="profile to release (default: the default profile)")
     parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to publish")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
-    parser.add_argument("--cache", type=Path, help="cache directory (default: the verlenv cache)")
+    add_cache_option(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-stage logs")
 
 
@@ -32,9 +32,9 @@ def execute(args: argparse.Namespace) -> int:
     plan = stages(
         paths,
         name,
-        Cache(args.cache or default_root()),
+        cache_of(args),
         args.registry,
-        args.catalog or paths.root / "images" / "catalog.json",
+        args.catalog or paths.catalog,
         args.quiet,
     )
     results = run_release(plan)

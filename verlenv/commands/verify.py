@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from verlenv import verify
-from verlenv.cache import Cache, default_root
+from verlenv.commands.options import add_cache_option, cache_of
 from verlenv.errors import CheckFailed
 from verlenv.output import print_json
 from verlenv.paths import find_root
@@ -25,7 +24,7 @@ HELP = (
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME", help="profile to verify (default: the default profile)")
     parser.add_argument("--offline", action="store_true", help="use only the cache; fail if a file is missing")
-    parser.add_argument("--cache", type=Path, help="cache directory (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+    add_cache_option(parser)
     parser.add_argument("--jobs", type=int, default=8, help="parallel downloads (default 8)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-write", action="store_true", help="do not write lockfiles/NAME.verify.json")
@@ -41,9 +40,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
     name = args.profile or default_profile(paths)
-    report = verify.verify_profile(
-        paths, name, Cache(args.cache or default_root()), offline=args.offline, quiet=args.quiet, jobs=args.jobs
-    )
+    report = verify.verify_profile(paths, name, cache_of(args), offline=args.offline, quiet=args.quiet, jobs=args.jobs)
     target = verify.report_path(paths, name)
     if args.check_committed:
         committed = json.loads(target.read_text()) if target.exists() else None

@@ -1,0 +1,16 @@
+"""Options several subcommands share, so their spelling, help and defaults cannot drift apart."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from verlenv.cache import Cache, default_root
+
+
+def add_cache_option(parser: argparse.ArgumentParser, what: str = "cache directory") -> None:
+    parser.add_argument("--cache", type=Path, help=f"{what} (default: $VERLENV_CACHE or ~/.cache/verlenv)")
+
+
+def cache_of(args: argparse.Namespace) -> Cache:
+    return Cache(args.cache or default_root())
