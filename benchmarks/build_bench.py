@@ -54,15 +54,9 @@ def main() -> None:
     print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({_stages(warm.timings)})")
     print(f"verl-pin rebuild / cold    {warm_s / cold_s:7.3f}")
     engine = ensure_engine()
-    shared = sum(
-        a == b
-        for a, b in zip(
-            engine.images.get(cold.image_id).attrs["RootFS"]["Layers"],
-            engine.images.get(warm.image_id).attrs["RootFS"]["Layers"],
-            strict=False,
-        )
-    )
-    print(f"layers shared              {shared} of {len(engine.images.get(warm.image_id).attrs['RootFS']['Layers'])}")
+    cold_layers, warm_layers = (engine.images.get(r.image_id).attrs["RootFS"]["Layers"] for r in (cold, warm))
+    shared = sum(a == b for a, b in zip(cold_layers, warm_layers, strict=False))
+    print(f"layers shared              {shared} of {len(warm_layers)}")
 
 
 if __name__ == "__main__":
