@@ -1,13 +1,13 @@
 """verlenv's task runner. Each session parses its posargs and calls one verlenv command.
 
-    nox -l                                         list sessions
-    nox -s lock -- --profile NAME | --all          resolve locks (uv); `-- --check` for the offline check
-    nox -s verify -- --profile NAME                ABI-verify the locked wheels
-    nox -s build-image -- --profile NAME           hermetic image build (default profile without args)
-    nox -s accept -- --profile NAME                acceptance suite inside the built image
-    nox -s publish -- --profile NAME --registry R  push an accepted image by digest, update the catalog
-    nox -s release -- --profile NAME --registry R  the whole chain, stopping at the first failure
-    nox -s tests                                   unit + integration tests (starts dockerd / registry as root)
+nox -l                                         list sessions
+nox -s lock -- --profile NAME | --all          resolve locks (uv); `-- --check` for the offline check
+nox -s verify -- --profile NAME                ABI-verify the locked wheels
+nox -s build-image -- --profile NAME           hermetic image build (default profile without args)
+nox -s accept -- --profile NAME                acceptance suite inside the built image
+nox -s publish -- --profile NAME --registry R  push an accepted image by digest, update the catalog
+nox -s release -- --profile NAME --registry R  the whole chain, stopping at the first failure
+nox -s tests                                   unit + integration tests (starts dockerd / registry as root)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ both on the same tensors wherever verl imports.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,10 +92,15 @@ def from_verl() -> Algorithms | None:
 
     def verl_policy(old, new, adv, mask, clip):  # type: ignore[no-untyped-def]
         # compute_policy_loss kept its (old, new, adv, mask, cliprange) shape from 0.4 to 0.9;
-        # it returns a tuple whose first element is the loss.
-        out = core_algos.compute_policy_loss(
-            old, new, adv, mask, cliprange=clip, clip_ratio_c=CLIP_RATIO_C, loss_agg_mode="token-mean"
-        )
+        # it returns a tuple whose first element is the loss. 0.9 marks it deprecated in favour of
+        # compute_policy_loss_vanilla, which needs a full ActorConfig; the math is the same, so the
+        # stable call is kept and its FutureWarning silenced rather than shown to every user.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            out = core_algos.compute_policy_loss(
+                old, new, adv, mask, cliprange=clip, clip_ratio_c=CLIP_RATIO_C, loss_agg_mode="token-mean"
+            )
         return out[0]
 
     def verl_value(vpreds, returns, values, mask, clip):  # type: ignore[no-untyped-def]
