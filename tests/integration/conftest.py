@@ -73,12 +73,15 @@ def cpu_smoke(engine, project_copy: ProjectPaths, cache: Cache) -> BuildResult: 
     return build_image(project_copy, "cpu-smoke", cache, BuildOptions(quiet=True))
 
 
-def run_in(engine, image: str, command: str, **kwargs) -> tuple[int, str]:  # type: ignore[no-untyped-def]
-    """Run ``command`` in a throwaway container without network; (exit code, output)."""
+def run_in(engine, image: str, command: str, stderr: bool = True, **kwargs) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """Run ``command`` in a throwaway container without network; (exit code, output).
+
+    ``stderr=False`` keeps only stdout, for output a test parses: a warning that a library prints
+    to stderr would otherwise land inside the JSON, at a place that varies from run to run."""
     container = engine.containers.run(image, ["bash", "-c", command], detach=True, network_mode="none", **kwargs)
     try:
         status = container.wait(timeout=600)
-        return int(status["StatusCode"]), container.logs().decode(errors="replace")
+        return int(status["StatusCode"]), container.logs(stdout=True, stderr=stderr).decode(errors="replace")
     finally:
         container.remove(force=True)
 

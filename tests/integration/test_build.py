@@ -38,7 +38,7 @@ def test_nvidia_runtime_variables_and_epoch_are_set(engine, cpu_smoke) -> None: 
 
 
 def test_manifest_inside_matches_the_lock(engine, cpu_smoke, project_copy: ProjectPaths) -> None:  # type: ignore[no-untyped-def]
-    code, out = run_in(engine, cpu_smoke.image_id, "cat /opt/verlenv/manifest.json")
+    code, out = run_in(engine, cpu_smoke.image_id, "cat /opt/verlenv/manifest.json", stderr=False)
     assert code == 0
     manifest = json.loads(out)
     lock = read_lock(project_copy.lock("cpu-smoke"))
@@ -62,7 +62,7 @@ def test_pip_check_torch_and_verlenv_work_inside(engine, cpu_smoke) -> None:  # 
 
 
 def test_doctor_inside_exits_0_and_its_json_validates(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
-    code, out = run_in(engine, cpu_smoke.image_id, "verlenv doctor --json", shm_size="1g")
+    code, out = run_in(engine, cpu_smoke.image_id, "verlenv doctor --json", stderr=False, shm_size="1g")
     report = json.loads(out)
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     assert code == 0, out
@@ -149,6 +149,7 @@ def test_doctor_config_lints_against_the_images_own_verl(engine, cpu_smoke) -> N
         cpu_smoke.image_id,
         f"cat > /tmp/run.yaml <<'EOF'\n{config}EOF\nverlenv doctor --static --json --config /tmp/run.yaml "
         "trainer.logger=[console]",
+        stderr=False,
     )
     assert code == 1, out
     check = next(c for c in json.loads(out)["checks"] if c["id"] == "config")
