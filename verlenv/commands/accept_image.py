@@ -6,10 +6,9 @@ import argparse
 
 from verlenv.accept.suite import summary
 from verlenv.acceptance import accept_image
-from verlenv.commands.options import add_cache_option, cache_of
+from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.errors import CheckFailed
 from verlenv.paths import find_root
-from verlenv.profile import default_profile
 
 NAME = "accept-image"
 HELP = (
@@ -20,9 +19,7 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--profile", metavar="NAME", help="profile whose image to accept (default: the default profile)"
-    )
+    add_profile_option(parser, "profile whose image to accept")
     parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
     parser.add_argument("--gpus", choices=("auto", "all", "none"), default="auto", help="request GPUs (default: auto)")
     add_cache_option(parser)
@@ -31,7 +28,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
-    name = args.profile or default_profile(paths)
+    name = profile_of(args, paths)
     extra = tuple(a for a in args.suite_args if a != "--")
     report, target = accept_image(paths, name, cache_of(args), image=args.image, gpus=args.gpus, args=extra)
     print(summary(report))

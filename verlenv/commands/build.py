@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 
 from verlenv.build import BuildOptions, build_image, summary
-from verlenv.commands.options import add_cache_option, cache_of
+from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.output import print_json
 from verlenv.paths import find_root
-from verlenv.profile import default_profile
 
 NAME = "build"
 HELP = (
@@ -21,7 +20,7 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", metavar="NAME", help="profile to build (default: the default profile)")
+    add_profile_option(parser, "profile to build")
     parser.add_argument("--allow-unpinned-base", action="store_true", help="accept a registry base without a digest")
     add_cache_option(parser)
     parser.add_argument("--no-cache", action="store_true", help="do not reuse the engine's layer cache")
@@ -32,7 +31,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
-    name = args.profile or default_profile(paths)
+    name = profile_of(args, paths)
     options = BuildOptions(
         allow_unpinned_base=args.allow_unpinned_base,
         quiet=args.quiet or args.json,

@@ -6,6 +6,16 @@ import argparse
 from pathlib import Path
 
 from verlenv.cache import Cache, default_root
+from verlenv.paths import ProjectPaths
+from verlenv.profile import default_profile
+
+
+def add_profile_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--profile", metavar="NAME", help=f"{what} (default: the default profile)")
+
+
+def profile_of(args: argparse.Namespace, paths: ProjectPaths) -> str:
+    return args.profile or default_profile(paths)
 
 
 def add_cache_option(parser: argparse.ArgumentParser, what: str = "cache directory") -> None:

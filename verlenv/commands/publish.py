@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verlenv.commands.options import add_cache_option, cache_of
+from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.output import print_json
 from verlenv.paths import find_root
-from verlenv.profile import default_profile
 from verlenv.publish import publish
 
 NAME = "publish"
@@ -21,7 +20,7 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", metavar="NAME", help="profile to publish (default: the default profile)")
+    add_profile_option(parser, "profile to publish")
     parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to push")
     parser.add_argument("--image", default="", help="image reference (default: verlenv/<profile>:<lock sha256[:12]>)")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
@@ -31,7 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
-    name = args.profile or default_profile(paths)
+    name = profile_of(args, paths)
     target = args.catalog or paths.catalog
     done = publish(paths, name, cache_of(args), args.registry, target, args.image)
     if args.json:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verlenv.commands.options import add_cache_option, cache_of
+from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.output import table
 from verlenv.paths import find_root
-from verlenv.profile import default_profile
 from verlenv.release import run_release, stages
 
 NAME = "release"
@@ -19,7 +18,7 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", metavar="NAME", help="profile to release (default: the default profile)")
+    add_profile_option(parser, "profile to release")
     parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/REPO", help="where to publish")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: images/catalog.json)")
     add_cache_option(parser)
@@ -28,7 +27,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
-    name = args.profile or default_profile(paths)
+    name = profile_of(args, paths)
     plan = stages(
         paths,
         name,

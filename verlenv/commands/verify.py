@@ -6,11 +6,10 @@ import argparse
 import json
 
 from verlenv import verify
-from verlenv.commands.options import add_cache_option, cache_of
+from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.errors import CheckFailed
 from verlenv.output import print_json
 from verlenv.paths import find_root
-from verlenv.profile import default_profile
 
 NAME = "verify"
 HELP = (
@@ -22,7 +21,7 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", metavar="NAME", help="profile to verify (default: the default profile)")
+    add_profile_option(parser, "profile to verify")
     parser.add_argument("--offline", action="store_true", help="use only the cache; fail if a file is missing")
     add_cache_option(parser)
     parser.add_argument("--jobs", type=int, default=8, help="parallel downloads (default 8)")
@@ -39,7 +38,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
-    name = args.profile or default_profile(paths)
+    name = profile_of(args, paths)
     report = verify.verify_profile(paths, name, cache_of(args), offline=args.offline, quiet=args.quiet, jobs=args.jobs)
     target = verify.report_path(paths, name)
     if args.check_committed:
