@@ -11,18 +11,21 @@ whose verlenv source differs by one comment line. Target: top-layer rebuild / co
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from verlenv.build import BuildOptions, build_image
-from verlenv.cache import Cache, default_root
-from verlenv.lockfile import read_lock
+# The project copies come from the test helpers: run from anywhere, import them from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.helpers.variants import copy_project, repin
+from verlenv.image.build import BuildOptions, build_image
+from verlenv.image.services import ensure_engine
+from verlenv.lock.lockfile import read_lock
 from verlenv.paths import find_root
-from verlenv.profile import load_profile
-from verlenv.services import ensure_engine
-from verlenv.variants import copy_project, repin
-from verlenv.wheelhouse import fill
+from verlenv.profiles.profile import load_profile
+from verlenv.wheels.cache import Cache, default_root
+from verlenv.wheels.wheelhouse import fill
 
 
 def _stages(timings: dict[str, float]) -> str:

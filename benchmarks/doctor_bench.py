@@ -12,9 +12,9 @@ import argparse
 import statistics
 import time
 
-from verlenv.lockfile import read_lock
+from verlenv.image.services import ensure_engine
+from verlenv.lock.lockfile import read_lock
 from verlenv.paths import find_root
-from verlenv.services import ensure_engine
 
 COMMANDS = {
     "verlenv doctor": ["verlenv", "doctor"],

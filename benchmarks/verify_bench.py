@@ -19,15 +19,15 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from verlenv.abicheck import BaseFacts, check_objects, torch_facts
-from verlenv.cache import Cache, default_root
-from verlenv.lockfile import read_lock
-from verlenv.objscan import is_shared_object
+from verlenv.lock.lockfile import read_lock
 from verlenv.paths import find_root
-from verlenv.profile import load_profile
-from verlenv.verify import verify_profile
-from verlenv.wheelhouse import fill
-from verlenv.wheelscan import scan_wheel
+from verlenv.profiles.profile import load_profile
+from verlenv.verify.abi import check_objects, torch_facts
+from verlenv.verify.objscan import is_shared_object
+from verlenv.verify.report import verify_profile
+from verlenv.verify.wheelscan import scan_wheel
+from verlenv.wheels.cache import Cache, default_root
+from verlenv.wheels.wheelhouse import fill
 
 
 def _linked_cache(source: Cache, into: Path) -> Cache:
@@ -71,7 +71,7 @@ def main() -> None:
                     scans = list(pool.map(lambda f: scan_wheel(f, cache), (torch_file, vllm_file)))
                 objects = [o for s in scans for o in s.objects]
                 torch = torch_facts(torch_file.version, objects)
-                base = BaseFacts(frozenset(profile.base.libraries), profile.base.glibc, profile.base.glibcxx)
+                base = profile.base.facts
                 return check_objects(objects, torch, base, {}, other_names=names)
 
             verdicts, _ = _timed(f"pair vllm {vllm_file.version} x torch {torch_file.version}, cold", pair)

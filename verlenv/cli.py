@@ -1,8 +1,10 @@
 """`verlenv` command line: one module per subcommand under verlenv.commands.
 
 Each subcommand module defines ``NAME``, ``HELP``, ``configure_parser(parser)`` and
-``execute(args) -> int``.  Errors that verlenv expected are VerlenvError subclasses and map to
-the documented exit codes; anything else is an internal error (exit 3) with its traceback.
+``execute(args) -> int``; only the module of the command being run is imported. Errors that
+verlenv expected are VerlenvError subclasses and map to the documented exit codes; an import of a
+known optional package that fails is a usage error with the install line; anything else is an
+internal error (exit 3) with its traceback.
 """
 
 from __future__ import annotations
@@ -14,24 +16,8 @@ import traceback
 from collections.abc import Sequence
 
 from verlenv import __version__
-from verlenv.errors import ConfigError, InternalError, VerlenvError, exit_code_table
-
-COMMANDS = (
-    "profiles",
-    "lock",
-    "verify",
-    "base",
-    "build",
-    "doctor",
-    "clean",
-    "accept",
-    "accept-image",
-    "lint-config",
-    "publish",
-    "pull",
-    "release",
-    "services",
-)
+from verlenv.commands import COMMANDS, module_name
+from verlenv.errors import ConfigError, InternalError, VerlenvError, as_missing_dependency, exit_code_table
 
 
 def _epilog() -> str:
@@ -44,7 +30,19 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv``: the first argument that is one (top-level options come first)."""
+    names = {name for name, _ in COMMANDS}
+    for arg in argv:
+        if arg in names:
+            return arg
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the command named in ``argv`` gets its module imported and its options added."""
     parser = _Parser(
         prog="verlenv",
         description="Reproducible, ABI-verified, acceptance-gated images for RL training with verl.",
@@ -53,11 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"verlenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        module = importlib.import_module(f"verlenv.commands.{name.replace('-', '_')}")
+    chosen = chosen_command(argv)
+    for name, summary in COMMANDS:
+        if name != chosen:
+            sub.add_parser(name, help=summary)
+            continue
+        module = importlib.import_module(module_name(name))
         child = sub.add_parser(
             name,
-            help=module.HELP,
+            help=summary,
             description=module.HELP,
             epilog=_epilog(),
             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -68,17 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         if not getattr(args, "_execute", None):
             build_parser().print_help(sys.stderr)
             return ConfigError.exit_code
         return int(args._execute(args))
     except VerlenvError as exc:
-        if isinstance(exc, InternalError):
-            traceback.print_exc()
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+        return _report(exc)
+    except ModuleNotFoundError as exc:
+        missing = as_missing_dependency(exc)
+        if missing is None:
+            return _internal()
+        return _report(missing)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -86,9 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
+        return _internal()
+
+
+def _report(exc: VerlenvError) -> int:
+    if isinstance(exc, InternalError):
         traceback.print_exc()
-        print(f"error: {InternalError.label}", file=sys.stderr)
-        return InternalError.exit_code
+    print(exc.render(), file=sys.stderr)
+    return exc.exit_code
+
+
+def _internal() -> int:
+    traceback.print_exc()
+    print(f"error: {InternalError.label}", file=sys.stderr)
+    return InternalError.exit_code
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ the single source of truth: README.md and ``verlenv --help`` print it from here.
 
 from __future__ import annotations
 
+import importlib
 import textwrap
+from types import ModuleType
 
 
 class VerlenvError(Exception):
@@ -40,6 +42,48 @@ class ConfigError(VerlenvError):
 
     exit_code = 2
     label = "usage or configuration error"
+
+
+class MissingDependency(ConfigError):
+    """An optional package that one command needs is not installed: say which, and the install line."""
+
+    def __init__(self, module: str, *, needed_for: str = "") -> None:
+        package, install = OPTIONAL_PACKAGES.get(module.split(".")[0], (module, f"pip install {module}"))
+        what = f"{needed_for} needs" if needed_for else "this command needs"
+        super().__init__(f"{what} {package} (module '{module}'), which is not installed here", hint=install)
+        self.module = module
+
+
+# import name -> (distribution, the install line that brings it). Commands import these lazily, so
+# one command's missing package never stops another (doctor must run in a broken environment).
+OPTIONAL_PACKAGES = {
+    "elftools": ("pyelftools", "pip install 'pyelftools>=0.29' (a core dependency of verlenv)"),
+    "packaging": ("packaging", "pip install 'packaging>=23' (a core dependency of verlenv)"),
+    "yaml": ("PyYAML", "pip install 'verlenv[build]' (or pip install PyYAML; verl brings it through omegaconf)"),
+    "docker": ("the Docker SDK for Python", "pip install 'verlenv[build]'"),
+    "uv": ("uv", "pip install 'verlenv[build]'"),
+    "torch": ("torch", "run inside the image, or pip install 'verlenv[accept]' beside the profile's torch"),
+    "transformers": ("transformers", "pip install 'verlenv[accept]'"),
+    "tokenizers": ("tokenizers", "pip install 'verlenv[accept]'"),
+    "peft": ("peft", "pip install 'verlenv[accept]'"),
+    "psutil": ("psutil", "pip install 'verlenv[accept]'"),
+}
+
+
+def require(module: str, *, needed_for: str = "") -> ModuleType:
+    """Import ``module`` or raise MissingDependency (exit 2) naming the package and the install line."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.split(".")[0] == exc.name.split(".")[0]:
+            raise MissingDependency(module, needed_for=needed_for) from None
+        raise
+
+
+def as_missing_dependency(exc: ModuleNotFoundError) -> MissingDependency | None:
+    """The MissingDependency for an import that failed on a known optional package, else None."""
+    top = (exc.name or "").split(".")[0]
+    return MissingDependency(exc.name or top) if top in OPTIONAL_PACKAGES else None
 
 
 class InternalError(VerlenvError):

@@ -31,11 +31,18 @@ class ProjectPaths:
     def lockfiles(self) -> Path:
         return self.root / "lockfiles"
 
+    @property
+    def dockerfile_template(self) -> Path:
+        return self.root / "images" / "Dockerfile.template"
+
     def profile(self, name: str) -> Path:
         return self.profiles / f"{name}.toml"
 
     def lock(self, name: str) -> Path:
         return self.lockfiles / f"{name}.lock"
+
+    def verify_report(self, name: str) -> Path:
+        return self.lockfiles / f"{name}.verify.json"
 
 
 def find_root(start: Path | None = None) -> ProjectPaths:

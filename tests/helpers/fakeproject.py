@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers.fakewheels import sha256
-from verlenv.cache import Cache
-from verlenv.lockfile import LockHeader
+from verlenv.lock.lockfile import LockHeader
 from verlenv.paths import ProjectPaths
-from verlenv.profile import load_profile
+from verlenv.profiles.profile import load_profile
+from verlenv.wheels.cache import Cache
 
 BASE_LIBS = ["libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"]
 

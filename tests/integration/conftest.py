@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.engine import forget_registry_tags
-from verlenv import services
-from verlenv.build import BuildOptions, BuildResult, build_image
-from verlenv.cache import Cache, default_root
-from verlenv.lockfile import read_lock
+from tests.helpers.variants import copy_project
+from verlenv.image import services
+from verlenv.image.build import BuildOptions, BuildResult, build_image
+from verlenv.lock.lockfile import read_lock
 from verlenv.paths import ROOT_ENV, ProjectPaths
-from verlenv.profile import load_profile
-from verlenv.variants import copy_project
-from verlenv.wheelhouse import fill
+from verlenv.profiles.profile import load_profile
+from verlenv.wheels.cache import Cache, default_root
+from verlenv.wheels.wheelhouse import fill
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ def run_in(engine, image: str, command: str, stderr: bool = True, **kwargs) -> t
 @pytest.fixture(scope="session")
 def accepted(engine, cpu_smoke, project_copy: ProjectPaths, cache: Cache):  # type: ignore[no-untyped-def]
     """The cpu-smoke image with a passing acceptance report stored by its image ID."""
-    from verlenv.acceptance import accept_image
+    from verlenv.accept.image import accept_image
 
     report, _ = accept_image(
         project_copy,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from tests.integration.conftest import run_in
-from verlenv.acceptance import accept_image, load_report, report_file
-from verlenv.cache import Cache
+from verlenv.accept.image import accept_image, load_report
 from verlenv.paths import ProjectPaths
+from verlenv.wheels.cache import Cache
 
 AGREE = r"""
 import torch
@@ -52,7 +52,7 @@ def test_suite_passes_in_the_image_and_the_report_names_it(  # type: ignore[no-u
         "global-normalization",
         "data-flow-integrity",
     }
-    assert path == report_file(cache, cpu_smoke.image_id) and load_report(cache, cpu_smoke.image_id) == report
+    assert path == cache.acceptance_report(cpu_smoke.image_id) and load_report(cache, cpu_smoke.image_id) == report
     assert json.loads(path.read_text())["gpus_requested"] is False
 
 

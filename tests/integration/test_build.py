@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 
 from tests.integration.conftest import run_in
-from verlenv.build import BuildOptions, build_image
-from verlenv.cache import Cache
 from verlenv.errors import IntegrityError
-from verlenv.lockfile import read_lock
+from verlenv.image.build import BuildOptions, build_image
+from verlenv.lock.lockfile import read_lock
 from verlenv.paths import ProjectPaths
+from verlenv.wheels.cache import Cache
 
 SCHEMA = Path(__file__).resolve().parents[2] / "verlenv" / "schemas" / "doctor-1.schema.json"
 
@@ -92,7 +92,7 @@ def test_no_wheels_caches_or_build_leftovers_in_the_image(engine, cpu_smoke, pro
 
 
 def test_the_build_runs_without_network(engine, cpu_smoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from verlenv.build import _engine_build
+    from verlenv.image.build import _engine_build
 
     # The same engine call the image build uses: the only interface a RUN step sees is loopback.
     context = tmp_path / "netcheck"
@@ -129,7 +129,7 @@ def test_tampered_wheel_fails_the_build_naming_the_file_and_tags_nothing(  # typ
 def test_changing_only_the_verl_pin_reuses_the_lower_layers(  # type: ignore[no-untyped-def]
     engine, cpu_smoke, project_copy: ProjectPaths, cache: Cache, tmp_path: Path
 ) -> None:
-    from verlenv.variants import repin
+    from tests.helpers.variants import repin
 
     variant = repin(project_copy, tmp_path / "variant", "cpu-smoke", "verl", "0.9.0", cache)
     rebuilt = build_image(variant, "cpu-smoke", cache, BuildOptions(quiet=True))

@@ -12,14 +12,13 @@ import pytest
 
 from tests.helpers.engine import forget_registry_tags
 from tests.helpers.faultproxy import FAKE_DIGEST, lying_proxy
-from verlenv import services
-from verlenv.acceptance import report_file
-from verlenv.cache import Cache
 from verlenv.cli import main
 from verlenv.errors import CheckFailed, IntegrityError, ServiceError
+from verlenv.image import services
 from verlenv.paths import ProjectPaths
-from verlenv.publish import publish
-from verlenv.pull import pull
+from verlenv.release.publish import publish
+from verlenv.release.pull import pull
+from verlenv.wheels.cache import Cache
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +48,10 @@ def test_a_report_for_another_image_is_refused(  # type: ignore[no-untyped-def]
     engine, accepted, project_copy: ProjectPaths, cache: Cache, registry: services.Registry, tmp_path: Path
 ) -> None:
     private = Cache(tmp_path / "cache")
-    report = json.loads(report_file(cache, accepted.image_id).read_text())
+    report = json.loads(cache.acceptance_report(accepted.image_id).read_text())
     report["image_id"] = "sha256:" + "1" * 64
-    report_file(private, accepted.image_id).parent.mkdir(parents=True)
-    report_file(private, accepted.image_id).write_text(json.dumps(report))
+    private.acceptance_report(accepted.image_id).parent.mkdir(parents=True)
+    private.acceptance_report(accepted.image_id).write_text(json.dumps(report))
     with pytest.raises(CheckFailed, match="the acceptance report is for image sha256:111"):
         publish(project_copy, "cpu-smoke", private, f"{registry.host}/verlenv", tmp_path / "catalog.json")
     assert _repositories(registry) == []

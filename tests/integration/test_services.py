@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from verlenv import services
 from verlenv.cli import main
+from verlenv.image import services
 
 
 def _scratch_context(payload: bytes) -> io.BytesIO:

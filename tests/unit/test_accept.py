@@ -16,7 +16,7 @@ from verlenv.accept.loop import AcceptConfig
 from verlenv.accept.memory import gate, theil_sen
 from verlenv.accept.rollout import HFRollout, VLLMRollout
 from verlenv.accept.suite import run_suite
-from verlenv.accept.task import IntegrityError, Prompt, make_prompts, reward
+from verlenv.accept.task import DataFlowError, Prompt, make_prompts, reward
 from verlenv.accept.tiny import make_tiny
 
 FAST = {"steps": 20, "batch": 32, "prefer_verl": False}
@@ -66,7 +66,7 @@ def test_reward_inputs_out_of_order_fail_the_run(monkeypatch: pytest.MonkeyPatch
 
 def test_reward_refuses_missing_rollouts() -> None:
     prompts = make_prompts(0, 3, 0)
-    with pytest.raises(IntegrityError, match="2 rollouts for 3 prompts"):
+    with pytest.raises(DataFlowError, match="2 rollouts for 3 prompts"):
         reward(prompts, [_rollout(p) for p in prompts[:2]])
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from verlenv.cli import main
-from verlenv.context import render_dockerfile, source_date_epoch
+from verlenv.image.context import render_dockerfile, source_date_epoch
 from verlenv.paths import ProjectPaths
 
 REPO_TEMPLATE = "images/Dockerfile.template"

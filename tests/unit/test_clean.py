@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tests.helpers.fakewheels import build_wheel
 from tests.helpers.venvs import Venv, make_venv
-from verlenv import clean
-from verlenv.installed import forget
+from verlenv.inside import clean
+from verlenv.inside.installed import forget
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ from pathlib import Path
 import jsonschema  # noqa: F401 - the JSON output is plain data; validated by shape below
 import pytest
 
-from verlenv.cache import Cache, default_root
 from verlenv.cli import main
-from verlenv.configlint.rules import lint
-from verlenv.configlint.schema import load_schema
-from verlenv.configlint.source import parse_overrides, read_yaml
-from verlenv.wheelhouse import fetch_wheel
+from verlenv.inside.configlint.rules import lint
+from verlenv.inside.configlint.schema import load_schema
+from verlenv.inside.configlint.source import parse_overrides, read_yaml
+from verlenv.wheels.cache import Cache, default_root
+from verlenv.wheels.wheelhouse import fetch_wheel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "verl-configs"
 

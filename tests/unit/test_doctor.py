@@ -10,8 +10,8 @@ import pytest
 
 from tests.helpers.fakewheels import Variant, build_pair, build_wheel
 from tests.helpers.venvs import Venv, make_venv
-from verlenv.doctor.model import Check, Facts, Result, Status
-from verlenv.doctor.runner import redact, run_checks
+from verlenv.inside.doctor.model import Check, Facts, Result, Status
+from verlenv.inside.doctor.runner import redact, run_checks
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "verlenv/schemas/doctor-1.schema.json").read_text())
 
@@ -165,7 +165,7 @@ def test_secret_names_are_listed_never_their_values(healthy: Venv) -> None:
 
 
 def test_small_shm_fails_with_the_docker_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from verlenv.doctor import checks_runtime
+    from verlenv.inside.doctor import checks_runtime
 
     class Small:
         f_frsize, f_blocks = 4096, 16384  # 64 MiB
@@ -176,7 +176,7 @@ def test_small_shm_fails_with_the_docker_fix(monkeypatch: pytest.MonkeyPatch, tm
 
 
 def test_env_traps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from verlenv.doctor import checks_runtime
+    from verlenv.inside.doctor import checks_runtime
 
     monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")

@@ -6,8 +6,8 @@ import zipfile
 from pathlib import Path
 
 from tests.helpers.fakewheels import Variant, build_pair
-from verlenv.abicheck import BaseFacts
-from verlenv.envcheck import check_site
+from verlenv.inside.envcheck import check_site
+from verlenv.profiles.bases import BaseFacts
 
 BASE = BaseFacts(frozenset({"libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"}), "2.36", "3.4.30")
 

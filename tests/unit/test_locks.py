@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import lock
 from verlenv.cli import main
 from verlenv.errors import ConfigError, ResolutionError
-from verlenv.lockfile import parse_lock, read_lock
+from verlenv.lock import resolve as lock
+from verlenv.lock.lockfile import parse_lock, read_lock
 from verlenv.paths import ProjectPaths
-from verlenv.profile import load_profile, profile_names
+from verlenv.profiles.profile import load_profile, profile_names
 
 # vLLM's exact torch pin per release, from its PyPI Requires-Dist (field-notes §2a).
 VLLM_TORCH_PIN = {"0.8.5.post1": "2.6.0", "0.11.0": "2.8.0", "0.12.0": "2.9.0", "0.24.0": "2.11.0"}

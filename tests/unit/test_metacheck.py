@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from packaging.requirements import Requirement
 
-from verlenv.distmeta import DistMeta
-from verlenv.metacheck import check_engine_gate, check_requirements
+from verlenv.verify.distmeta import DistMeta
+from verlenv.verify.metadata import check_engine_gate, check_requirements
 
 
 def _meta(name: str, version: str, *requires: str) -> DistMeta:

@@ -10,7 +10,7 @@ import pytest
 from verlenv.cli import main
 from verlenv.errors import ConfigError
 from verlenv.paths import ProjectPaths
-from verlenv.profile import LAYER_ORDER, default_profile, load_all, load_profile
+from verlenv.profiles.profile import LAYER_ORDER, default_profile, load_all, load_profile
 
 REAL = {
     "verl0.9.1-vllm0.24.0-torch2.11.0-cu130": ("0.9.1", "0.24.0", "2.11.0", "13.0"),
@@ -33,7 +33,7 @@ def test_real_profile_components_match_its_name(repo_paths: ProjectPaths, name: 
     assert (profile.component("verl"), profile.component("vllm"), profile.component("torch")) == (verl, vllm, torch)
     assert profile.cuda == cuda
     assert profile.python == "3.11" and profile.platform == "x86_64-manylinux_2_36"
-    assert profile.base.glibc == "2.36"
+    assert profile.base.facts.glibc == "2.36"
     assert all(r.why.strip() for r in profile.requirements)
 
 
@@ -146,7 +146,7 @@ def test_bases_toml_rejects_a_bad_digest(project: ProjectPaths) -> None:
 
 
 def test_registry_bases_are_recorded_by_tag_only(repo_paths: ProjectPaths) -> None:
-    from verlenv.bases import load_bases
+    from verlenv.profiles.bases import load_bases
 
     bases = load_bases(repo_paths.bases)
     cuda = [b for b in bases.values() if b.kind == "registry"]

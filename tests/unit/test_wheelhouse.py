@@ -10,9 +10,9 @@ from tests.helpers.fakeproject import make_project
 from tests.helpers.fakewheels import build_wheel, sha256
 from tests.helpers.localindex import serve
 from verlenv.errors import IntegrityError, ResolutionError
-from verlenv.lockfile import read_lock
-from verlenv.profile import load_profile
-from verlenv.wheelhouse import choose, fill, target_tags
+from verlenv.lock.lockfile import read_lock
+from verlenv.profiles.profile import load_profile
+from verlenv.wheels.wheelhouse import choose, fill, target_tags
 
 
 @pytest.fixture
@@ -94,8 +94,8 @@ def test_partial_download_resumes_with_range(tmp_path, wheels, monkeypatch) -> N
 
 
 def test_choose_prefers_the_best_wheel_for_the_platform() -> None:
-    from verlenv.index import IndexFile
-    from verlenv.lockfile import LockedDist
+    from verlenv.lock.lockfile import LockedDist
+    from verlenv.wheels.index import IndexFile
 
     tags = target_tags("3.11", "x86_64-manylinux_2_36")
     files = [

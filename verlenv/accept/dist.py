@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verlenv.services import free_port
+from verlenv.loopback import free_port
 
 WORLD = 2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verlenv.accept.tiny import TinySpec, make_tiny
-from verlenv.services import free_port
+from verlenv.loopback import free_port
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, config_json: str, out: str, model_dir: str) -> None:
@@ -23,7 +23,7 @@ def _rank_main(rank: int, world: int, port: int, backend: str, config_json: str,
     import torch.distributed as dist
 
     from verlenv.accept.loop import AcceptConfig, run_loop
-    from verlenv.accept.suite import memory_verdicts, reward_verdict
+    from verlenv.accept.verdicts import memory_verdicts, reward_verdict
 
     fields = json.loads(config_json)
     device = f"cuda:{rank}" if backend == "nccl" else fields["device"]

@@ -3,82 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from verlenv import __version__
 from verlenv.accept.loop import AcceptConfig, LoopResult, run_loop
-from verlenv.accept.memory import gate
-from verlenv.accept.task import IntegrityError
+from verlenv.accept.task import DataFlowError
+from verlenv.accept.verdicts import Verdict, finite_verdict, lora_verdicts, memory_verdicts, reward_verdict
 
 REPORT_SCHEMA_VERSION = 1
-REWARD_MARGIN = 0.15  # chance level is 8/48 = 0.17; a policy that learned the task sits near 1.0
-WINDOW = 5
-
-
-@dataclass(frozen=True)
-class Verdict:
-    name: str
-    passed: bool
-    value: Any
-    threshold: Any
-    detail: str
-
-
-def reward_verdict(rewards: list[float]) -> Verdict:
-    start = sum(rewards[:WINDOW]) / min(WINDOW, len(rewards))
-    end = sum(rewards[-WINDOW:]) / min(WINDOW, len(rewards))
-    return Verdict(
-        "reward-rises",
-        end - start >= REWARD_MARGIN,
-        round(end - start, 4),
-        REWARD_MARGIN,
-        f"mean reward {start:.3f} over the first {WINDOW} steps, {end:.3f} over the last {WINDOW}",
-    )
-
-
-def finite_verdict(result: LoopResult) -> Verdict:
-    values = [v for r in result.records for v in (r.reward, r.pg_loss, r.vf_loss, r.grad_norm, r.kl)]
-    bad = sum(not math.isfinite(v) for v in values)
-    return Verdict("finite", bad == 0, bad, 0, "rewards, losses, grad norms and KL are finite every step")
-
-
-def lora_verdicts(facts: dict[str, Any]) -> list[Verdict]:
-    return [
-        Verdict(
-            "lora-adapters-get-gradients",
-            facts["adapter_grad_norm_min"] > 0,
-            facts["adapter_grad_norm_min"],
-            "> 0",
-            "smallest LoRA adapter gradient norm over all steps",
-        ),
-        Verdict(
-            "lora-base-frozen",
-            not facts["base_changed"] and not facts["base_trainable"],
-            len(facts["base_changed"]) + len(facts["base_trainable"]),
-            0,
-            f"{facts['base_params']} base tensors: none trainable, none changed",
-        ),
-    ]
-
-
-def memory_verdicts(result: LoopResult, steps: int) -> list[Verdict]:
-    warmup = max(3, steps // 5)
-    return [
-        Verdict(
-            f"memory-{v.series}",
-            v.passed,
-            round(v.slope_mib_per_step, 4),
-            v.threshold_mib_per_step,
-            f"Theil-Sen slope over steps {warmup}..{steps - 1}: {v.slope_mib_per_step:+.3f} MiB/step, "
-            f"{v.growth_mib:+.1f} MiB in total",
-        )
-        for v in gate(result.memory, warmup)
-    ]
 
 
 def host_facts(device: str) -> dict[str, Any]:
@@ -104,7 +40,7 @@ def host_facts(device: str) -> dict[str, Any]:
 
 def run_dp_suite(config: AcceptConfig, world: int) -> dict[str, Any]:
     """The loop data-parallel over ``world`` processes: per-rank memory gates, ranks kept in sync."""
-    from verlenv.accept.dp import run_dp
+    from verlenv.accept.dp import run_dp  # spawns processes: only when data parallel is asked for
 
     started = time.perf_counter()
     dp = run_dp(config, world)
@@ -135,7 +71,7 @@ def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -
     result: LoopResult | None = None
     try:
         result = run_loop(config, on_step=on_step)
-    except IntegrityError as exc:
+    except DataFlowError as exc:
         verdicts.append(Verdict("data-flow-integrity", False, str(exc), "ids match", "reward inputs vs rollouts"))
     if result is not None:
         verdicts.append(

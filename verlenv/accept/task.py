@@ -14,7 +14,7 @@ from verlenv.accept.tiny import WORDS
 TARGET = frozenset(WORDS[:8])
 
 
-class IntegrityError(RuntimeError):
+class DataFlowError(RuntimeError):
     """The reward function saw other rollouts, or in another order, than the rollout produced."""
 
 
@@ -52,7 +52,7 @@ def reward(prompts: list[Prompt], rollouts: list[Rollout]) -> list[float]:
             if len(expected) == len(got)
             else -1
         )
-        raise IntegrityError(
+        raise DataFlowError(
             f"reward inputs do not match the rollout batch: {len(got)} rollouts for {len(expected)} "
             f"prompts, first mismatch at position {first}"
         )

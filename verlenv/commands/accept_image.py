@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from verlenv.accept.image import accept_image
 from verlenv.accept.suite import summary
-from verlenv.acceptance import accept_image
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.errors import CheckFailed
 from verlenv.paths import find_root

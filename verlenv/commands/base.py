@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verlenv.base import make_base
+from verlenv.image.base import make_base
 from verlenv.output import print_json
 from verlenv.paths import find_root
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from verlenv.build import BuildOptions, build_image, summary
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
+from verlenv.image.build import BuildOptions, build_image, summary
 from verlenv.output import print_json
 from verlenv.paths import find_root
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sysconfig
 from pathlib import Path
 
-from verlenv import clean
-from verlenv.output import table
+from verlenv.inside import clean
+from verlenv.output import print_json, table
 
 NAME = "clean"
 HELP = (
@@ -21,19 +19,6 @@ HELP = (
 )
 
 
-def cache_roots() -> dict[str, Path]:
-    home = Path.home()
-    vllm_root = Path(os.environ.get("VLLM_CACHE_ROOT", home / ".cache" / "vllm"))
-    return {
-        "vllm": vllm_root / "torch_compile_cache",
-        "triton": Path(os.environ.get("TRITON_CACHE_DIR", home / ".triton" / "cache")),
-        "flashinfer": Path(os.environ.get("FLASHINFER_JIT_DIR", home / ".cache" / "flashinfer")),
-        "inductor": Path(
-            os.environ.get("TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}")
-        ),
-    }
-
-
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apply", action="store_true", help="delete what is found")
     parser.add_argument("--check", action="store_true", help="exit 1 if anything is found (the build uses this)")
@@ -43,28 +28,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from verlenv.doctor.model import Facts
+    from verlenv.inside.installed import by_name
 
     site = args.site or Path(sysconfig.get_paths()["purelib"])
-    roots = {} if args.no_caches else cache_roots()
-    versions = _versions(Facts(site=site).dists)
+    roots = {} if args.no_caches else clean.default_cache_roots()
+    versions = clean.cache_versions({n: d.version for n, d in by_name(site).items()})
     found = clean.find_stale(site, roots, versions)
     removed = clean.apply(found, site, roots) if args.apply else []
     if args.apply:  # what is left now belongs to the installed versions: say so for next time
-        for root in roots.values():
-            if root.is_dir():
-                clean.write_stamp_if_missing(root, versions)
+        clean.stamp_caches(roots, versions)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "schema_version": 1,
-                    "site": str(site),
-                    "removed": [str(p) for p in removed],
-                    "found": [{"path": str(s.path), "kind": s.kind, "reason": s.reason, "fix": s.fix} for s in found],
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "site": str(site),
+                "removed": [str(p) for p in removed],
+                "found": [{"path": str(s.path), "kind": s.kind, "reason": s.reason, "fix": s.fix} for s in found],
+            }
         )
     elif found:
         print(table(["kind", "path", "reason"], [[s.kind, str(s.path), s.reason] for s in found]))
@@ -75,7 +54,3 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print(f"clean: nothing stale in {site}" + ("" if args.no_caches else " or the compile caches"))
     return 1 if args.check and found else 0
-
-
-def _versions(dists: dict[str, str]) -> dict[str, str]:
-    return {name: dists.get(name, "") for name in ("torch", "vllm", "triton", "flashinfer-python")}

@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from verlenv.doctor import render
-from verlenv.doctor.model import Facts, Status
-from verlenv.doctor.registry import CHECKS
-from verlenv.doctor.runner import run_checks
 from verlenv.errors import ConfigError
-from verlenv.suggest import did_you_mean
+from verlenv.inside.doctor import render
+from verlenv.inside.doctor.model import Facts, Status
+from verlenv.inside.doctor.registry import CHECKS
+from verlenv.inside.doctor.runner import run_checks
+from verlenv.output import did_you_mean
 
 NAME = "doctor"
 HELP = (

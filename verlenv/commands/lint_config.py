@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from verlenv.configlint.rules import Finding, lint
-from verlenv.configlint.schema import VerlSchema, load_schema
-from verlenv.configlint.source import Setting, parse_overrides, read_yaml
 from verlenv.errors import ConfigError
+from verlenv.inside.configlint.render import render, to_json
+from verlenv.inside.configlint.rules import lint
+from verlenv.inside.configlint.schema import VerlSchema, load_schema
+from verlenv.inside.configlint.source import collect
 
 NAME = "lint-config"
 HELP = (
@@ -35,18 +36,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="warnings fail too")
 
 
-def collect(inputs: list[str]) -> list[Setting]:
-    files = [i for i in inputs if i.endswith((".yaml", ".yml")) and "=" not in i]
-    if len(files) > 1:
-        raise ConfigError(f"give one YAML file, not {len(files)}: {', '.join(files)}")
-    settings = read_yaml(Path(files[0])) if files else []
-    return settings + parse_overrides([i for i in inputs if i not in files])
-
-
 def schema_for(args: argparse.Namespace) -> VerlSchema:
     if args.verl_version:
-        from verlenv.cache import Cache, default_root
-        from verlenv.wheelhouse import fetch_wheel
+        from verlenv.wheels.cache import Cache, default_root
+        from verlenv.wheels.wheelhouse import fetch_wheel
 
         return load_schema(fetch_wheel("verl", args.verl_version, Cache(default_root())))
     return load_schema(args.verl_wheel)
@@ -65,30 +58,3 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print(render(schema, findings))
     return code
-
-
-def to_json(schema: VerlSchema, findings: list[Finding], code: int) -> dict:  # type: ignore[type-arg]
-    return {
-        "schema_version": 1,
-        "tool": "verlenv lint-config",
-        "verl_version": schema.version,
-        "source": schema.source,
-        "exit_code": code,
-        "findings": [f.__dict__ for f in findings],
-    }
-
-
-def render(schema: VerlSchema, findings: list[Finding]) -> str:
-    head = f"linted against verl {schema.version} ({schema.source})"
-    if not findings:
-        return f"{head}: no problems found"
-    lines = [head, ""]
-    for finding in findings:
-        lines += [
-            f"{finding.severity:<7} {finding.location}",
-            f"        {finding.message}",
-            f"        fix: {finding.fix}",
-        ]
-    errors = sum(f.severity == "error" for f in findings)
-    lines.append(f"\n{errors} error(s), {len(findings) - errors} warning(s)")
-    return "\n".join(lines)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from verlenv import lock
 from verlenv.errors import CheckFailed, ConfigError
+from verlenv.lock import resolve as lock
 from verlenv.output import print_json, table
 from verlenv.paths import find_root
-from verlenv.profile import default_profile, load_profile, profile_names
+from verlenv.profiles.profile import default_profile, load_profile, profile_names
 
 NAME = "lock"
 HELP = (

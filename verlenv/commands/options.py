@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verlenv.cache import Cache, default_root
 from verlenv.paths import ProjectPaths
-from verlenv.profile import default_profile
+from verlenv.profiles.profile import default_profile
+from verlenv.wheels.cache import Cache, default_root
 
 
 def add_profile_option(parser: argparse.ArgumentParser, what: str) -> None:

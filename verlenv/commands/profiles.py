@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from verlenv import lock
+from verlenv.lock import resolve as lock
 from verlenv.output import print_json, table
 from verlenv.paths import find_root
-from verlenv.profile import load_all
+from verlenv.profiles.profile import load_all
 
 NAME = "profiles"
 HELP = "List profiles (components, CUDA, base, snapshot, lock state); --json for CI matrices."

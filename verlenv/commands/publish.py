@@ -8,7 +8,7 @@ from pathlib import Path
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.output import print_json
 from verlenv.paths import find_root
-from verlenv.publish import publish
+from verlenv.release.publish import publish
 
 NAME = "publish"
 HELP = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from verlenv.output import print_json
-from verlenv.pull import pull, run_tool
+from verlenv.release.pull import pull, run_tool
 
 NAME = "pull"
 HELP = (

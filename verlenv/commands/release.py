@@ -8,7 +8,7 @@ from pathlib import Path
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.output import table
 from verlenv.paths import find_root
-from verlenv.release import run_release, stages
+from verlenv.release.chain import run_release, stages
 
 NAME = "release"
 HELP = (

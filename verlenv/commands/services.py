@@ -6,8 +6,8 @@ import argparse
 import contextlib
 import os
 
-from verlenv import services
 from verlenv.errors import CheckFailed
+from verlenv.image import services
 from verlenv.output import print_json, table
 
 NAME = "services"

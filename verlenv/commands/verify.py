@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from verlenv import verify
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.errors import CheckFailed
 from verlenv.output import print_json
 from verlenv.paths import find_root
+from verlenv.verify import report as verify
 
 NAME = "verify"
 HELP = (
@@ -40,7 +40,7 @@ def execute(args: argparse.Namespace) -> int:
     paths = find_root()
     name = profile_of(args, paths)
     report = verify.verify_profile(paths, name, cache_of(args), offline=args.offline, quiet=args.quiet, jobs=args.jobs)
-    target = verify.report_path(paths, name)
+    target = paths.verify_report(name)
     if args.check_committed:
         committed = json.loads(target.read_text()) if target.exists() else None
         if committed != report.to_json():

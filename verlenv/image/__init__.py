@@ -1,0 +1,1 @@
+"""Verified wheels -> an image with labels and a manifest (base, context, build, services)."""

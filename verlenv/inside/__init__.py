@@ -1,0 +1,1 @@
+"""What runs inside a container: doctor, clean, the site-packages ELF check, the config lint."""

@@ -1,0 +1,91 @@
+"""Checks of compiled code: the ELF ABI check, import probes, stale artifacts."""
+
+from __future__ import annotations
+
+import re
+
+from verlenv.inside.doctor.model import Facts, Result, Status
+from verlenv.verify.basefacts import rootfs_facts
+
+_NO_DRIVER = re.compile(r"libcuda\.so|libnvidia-ml|no CUDA-capable device|CUDA driver|found no NVIDIA driver", re.I)
+
+
+def check_elf(facts: Facts) -> Result:
+    from verlenv.inside.envcheck import check_site
+
+    if "torch" not in facts.dists:
+        return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
+    system = rootfs_facts(facts.root)
+    report = check_site(facts.site, system)
+    if report.torch is None:
+        return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
+    bad = [v for v in report.verdicts if not v.ok]
+    details = [
+        f"{v.owner} {v.path}: {f.kind}: {f.message}" + (f" e.g. {f.examples[0]}" if f.examples else "")
+        for v in bad
+        for f in v.findings
+    ]
+    details += [f"{e.owner} {e.path}: {e.error}" for e in report.errors]
+    if bad or report.errors:
+        fix = next((f.fix for v in bad for f in v.findings), "reinstall the package that owns the unreadable file")
+        return Result(
+            Status.FAIL,
+            f"{len(bad) + len(report.errors)} of {len(report.verdicts)} extension(s) linking "
+            f"torch {report.torch.version} will not load",
+            tuple(details),
+            fix=fix,
+        )
+    return Result(
+        Status.OK,
+        f"{len(report.verdicts)} extension(s) match torch {report.torch.version} "
+        f"({report.torch.abi} ABI, glibc {system.glibc})",
+    )
+
+
+def check_imports(facts: Facts) -> Result:
+    probe = facts.probe
+    if "error" in probe:
+        return Result(Status.FAIL, str(probe["error"]), fix="run `python -c 'import torch'` to see the full error")
+    if probe.get("torch") is None:
+        return Result(
+            Status.FAIL,
+            f"import torch fails: {probe.get('torch_error')}",
+            fix="reinstall the profile's torch (the ELF check above names missing libraries)",
+        )
+    modules: dict[str, str] = probe.get("modules", {})  # type: ignore[assignment]
+    failed = {m: e for m, e in modules.items() if e != "ok"}
+    abi = {m: e for m, e in failed.items() if "undefined symbol" in e}
+    driver = {m: e for m, e in failed.items() if m not in abi and _NO_DRIVER.search(e)}
+    other = {m: e for m, e in failed.items() if m not in abi and m not in driver}
+    details = tuple(f"{m}: {e}" for m, e in sorted(failed.items()))
+    if abi or other:
+        kind = "undefined symbol (built against another torch)" if abi else "import error"
+        return Result(
+            Status.FAIL,
+            f"{len(abi) + len(other)} compiled module(s) fail to import: {kind}",
+            details,
+            fix="reinstall the failing package built for the installed torch (see the ELF check)",
+        )
+    if driver:
+        return Result(
+            Status.WARN,
+            f"{len(driver)} module(s) need the NVIDIA driver, which is not present here",
+            details,
+            fix="expected on a build host; on a GPU node run the container with --gpus all",
+        )
+    return Result(Status.OK, f"torch {probe['torch']['version']} and {len(modules)} compiled module(s) import")  # type: ignore[index]
+
+
+def check_stale(facts: Facts) -> Result:
+    from verlenv.inside.clean import find_stale
+
+    found = find_stale(facts.site)
+    if not found:
+        return Result(Status.OK, "no leftovers of other versions in site-packages")
+    details = tuple(f"{s.kind}: {s.path}: {s.reason}" for s in found[:20])
+    return Result(
+        Status.WARN,
+        f"{len(found)} stale artifact(s) in site-packages",
+        details,
+        fix="see `verlenv clean`; `verlenv clean --apply` removes them",
+    )

@@ -1,0 +1,189 @@
+"""Checks of what is installed: Python, drift from the image manifest, requirements, vLLM pins."""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from verlenv.inside.doctor.model import Facts, Result, Status
+from verlenv.profiles.knowledge import KNOWN_BAD_VLLM, verl_vllm_gate
+from verlenv.verify.distmeta import exact_pin
+
+
+def check_python(facts: Facts) -> Result:
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    libc, libc_version = platform.libc_ver()
+    summary = f"Python {platform.python_version()} on {platform.machine()} ({libc} {libc_version})"
+    wanted = facts.manifest.components.get("python") if facts.manifest else None
+    if wanted and wanted != here:
+        return Result(
+            Status.FAIL,
+            f"{summary}; the image was built for Python {wanted}",
+            fix="run inside the image's own interpreter (/opt/venv/bin/python)",
+        )
+    return Result(Status.OK, summary)
+
+
+def check_manifest(facts: Facts) -> Result:
+    manifest = facts.manifest
+    if manifest is None:
+        return Result(
+            Status.SKIP, "no image manifest here (not a verlenv image)", fix="set VERLENV_MANIFEST to compare"
+        )
+    built, now = manifest.distributions, facts.dists
+    changed = sorted(f"{n} {built[n]} -> {now[n]}" for n in built.keys() & now.keys() if built[n] != now[n])
+    removed = sorted(f"{n} {built[n]}" for n in built.keys() - now.keys())
+    added = sorted(f"{n} {now[n]}" for n in now.keys() - built.keys())
+    details = [
+        *(f"changed: {c}" for c in changed),
+        *(f"removed: {r}" for r in removed),
+        *(f"added: {a}" for a in added),
+    ]
+    head = f"profile {manifest.profile}, lock {manifest.lock_sha256[:12]}"
+    if changed or removed:
+        return Result(
+            Status.FAIL,
+            f"{head}: {len(changed)} changed, {len(removed)} removed, {len(added)} added since the build",
+            tuple(details),
+            fix="pull the image again, or rebuild it from a new lock instead of pip-installing in place",
+        )
+    if added:
+        return Result(
+            Status.WARN,
+            f"{head}: {len(added)} distribution(s) added since the build",
+            tuple(details),
+            fix="add them to the profile and rebuild, so the image stays reproducible",
+        )
+    return Result(Status.OK, f"{head}: {len(built)} distributions exactly as built")
+
+
+def check_requirements(facts: Facts) -> Result:
+    """pip check, from installed metadata only (no pip needed, nothing imported)."""
+    dists = facts.installed
+    env = default_environment()
+    problems = []
+    for name, dist in sorted(dists.items()):
+        for text in dist.requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+                continue
+            dep = dists.get(canonicalize_name(req.name))
+            if dep is None:
+                problems.append(f"{name} {dist.version} requires {req}, which is not installed")
+            elif not req.specifier.contains(dep.version, prereleases=True):
+                problems.append(f"{name} {dist.version} requires {req}, but {dep.version} is installed")
+    if problems:
+        return Result(
+            Status.FAIL,
+            f"{len(problems)} unmet requirement(s)",
+            tuple(problems),
+            fix="reinstall the listed packages at the versions they require (or rebuild the image)",
+        )
+    return Result(Status.OK, f"all requirements of {len(dists)} distributions are met")
+
+
+def check_vllm_gate(facts: Facts) -> Result:
+    verl, vllm = facts.dists.get("verl"), facts.dists.get("vllm")
+    if not vllm:
+        return Result(Status.SKIP, "vLLM is not installed")
+    if KNOWN_BAD_VLLM.contains(vllm, prereleases=True):
+        return Result(
+            Status.FAIL,
+            f"vLLM {vllm} is in the 0.7.x line verl warns against",
+            ("host memory grows every step with n>1 (vllm#15597, fixed by vllm PR #14326)",),
+            fix="use vLLM >= 0.8.3 (verl: 'Please avoid vllm 0.7.x')",
+        )
+    gate = verl_vllm_gate(verl) if verl else None
+    if gate is not None and not gate.contains(vllm, prereleases=True):
+        return Result(
+            Status.FAIL,
+            f"verl {verl} refuses vLLM {vllm} at start-up (needs vllm{gate})",
+            fix=f"install a vLLM in {gate}",
+        )
+    return Result(Status.OK, f"vLLM {vllm} is accepted by verl {verl or '(not installed)'}")
+
+
+def _version_file(facts: Facts, package: str) -> str:
+    """__version__ as written in PACKAGE/version.py or _version.py, read without importing."""
+    for rel in ("_version.py", "version.py"):
+        path = facts.site / package / rel
+        if path.exists():
+            match = re.search(
+                r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""",
+                path.read_text(errors="replace"),
+                re.M,
+            )
+            if match:
+                return match.group(1)
+    return ""
+
+
+def check_version_illusion(facts: Facts) -> Result:
+    """vLLM's torch pin vs installed torch, and what the files say vs what the metadata says."""
+    dists = facts.installed
+    torch, vllm = dists.get("torch"), dists.get("vllm")
+    if torch is None:
+        return Result(Status.FAIL, "torch is not installed", fix="install the profile's torch")
+    details, problems = [], []
+    torch_file = _version_file(facts, "torch")
+    details.append(f"torch: dist-info {torch.version}, torch/version.py {torch_file or '?'}")
+    if torch_file and _base(torch_file) != _base(str(torch.version)):
+        problems.append(f"torch's files say {torch_file} but its metadata says {torch.version} (half-upgraded?)")
+    if vllm is not None:
+        vllm_file = _version_file(facts, "vllm")
+        details.append(f"vllm: dist-info {vllm.version}, vllm/_version.py {vllm_file or '?'}")
+        if vllm_file and _base(vllm_file) != _base(str(vllm.version)):
+            problems.append(f"vllm's files say {vllm_file} but its metadata says {vllm.version}")
+        pin = exact_pin(vllm.requires)
+        if pin and _base(pin) != _base(str(torch.version)):
+            problems.append(f"vllm {vllm.version} was built for torch {pin}; torch {torch.version} is installed")
+    if problems:
+        return Result(
+            Status.FAIL,
+            problems[0],
+            tuple(details + problems[1:]),
+            fix="reinstall vLLM and torch together at the versions the lock pins (vLLM's torch== pin)",
+        )
+    return Result(
+        Status.OK, f"torch {torch.version}" + (f", vllm {vllm.version} built for it" if vllm else ""), tuple(details)
+    )
+
+
+def _base(version: str) -> str:
+    try:
+        return Version(version).base_version
+    except InvalidVersion:
+        return version
+
+
+def check_config(facts: Facts) -> Result:
+    """The verl config lint (lint-config) against the verl installed here, when --config is given."""
+    if not facts.config:
+        return Result(Status.SKIP, "no --config given")
+    from verlenv.inside.configlint.rules import lint
+    from verlenv.inside.configlint.schema import load_schema
+    from verlenv.inside.configlint.source import collect
+
+    schema = load_schema()
+    findings = lint(schema, collect(facts.config), installed=True)
+    details = tuple(f"{f.severity}: {f.location}: {f.message} (fix: {f.fix})" for f in findings)
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:
+        return Result(
+            Status.FAIL,
+            f"{errors} error(s) in the verl config (verl {schema.version})",
+            details,
+            fix="see `verlenv lint-config` for each finding's fix",
+        )
+    if findings:
+        return Result(Status.WARN, f"{len(findings)} warning(s) in the verl config (verl {schema.version})", details)
+    return Result(Status.OK, f"the verl config matches verl {schema.version}'s schema")

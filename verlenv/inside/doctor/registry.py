@@ -1,0 +1,26 @@
+"""The ordered list of doctor checks. Ids are stable: --skip and JSON consumers use them."""
+
+from __future__ import annotations
+
+from verlenv.inside.doctor import checks_binary as b
+from verlenv.inside.doctor import checks_install as i
+from verlenv.inside.doctor import checks_runtime as r
+from verlenv.inside.doctor.model import Check
+
+CHECKS: tuple[Check, ...] = (
+    Check("python", "Python and platform", i.check_python),
+    Check("manifest-drift", "Installed distributions vs the image manifest", i.check_manifest),
+    Check("requirements", "Requirements of installed distributions (pip check)", i.check_requirements),
+    Check("vllm-verl-range", "vLLM version vs verl's accepted range", i.check_vllm_gate),
+    Check("torch-pin", "vLLM's torch pin vs installed torch", i.check_version_illusion),
+    Check("elf-abi", "Compiled extensions vs the installed torch (ELF)", b.check_elf),
+    Check("import-probe", "Import of torch and compiled extension modules", b.check_imports),
+    Check("stale-artifacts", "Leftovers of other versions", b.check_stale),
+    Check("cuda-driver", "NVIDIA driver vs the CUDA the wheels need", r.check_driver, static=False),
+    Check("gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False),
+    Check("nccl", "NCCL", r.check_nccl, static=False),
+    Check("shm", "/dev/shm size", r.check_shm, static=False),
+    Check("env-vars", "Environment variables verl relies on or that are traps", r.check_env),
+    Check("secrets", "Secrets visible in the environment", r.check_secrets),
+    Check("config", "verl config lint (--config)", i.check_config),
+)

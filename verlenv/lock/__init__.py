@@ -1,0 +1,1 @@
+"""Profile -> lockfiles/NAME.lock: resolve with uv, read and check locks offline."""

@@ -1,0 +1,1 @@
+"""Accepted image -> registry and images/catalog.json; pull by digest on clusters."""

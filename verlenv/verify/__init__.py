@@ -1,0 +1,1 @@
+"""Wheels -> lockfiles/NAME.verify.json: metadata and ELF ABI verdicts."""

@@ -1,0 +1,218 @@
+"""The verify stage: metadata and ELF ABI verdicts for a locked wheel set, before any image exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from verlenv import atomic
+from verlenv.errors import CheckFailed
+from verlenv.lock.lockfile import Lock, read_lock
+from verlenv.lock.resolve import require_fresh
+from verlenv.paths import ProjectPaths
+from verlenv.profiles.profile import Profile, load_profile
+from verlenv.verify.abi import ObjectVerdict, TorchFacts, apply_waivers, check_objects, torch_facts
+from verlenv.verify.distmeta import DistMeta, exact_pin, read_meta
+from verlenv.verify.metadata import MetaViolation, check_engine_gate, check_requirements
+from verlenv.verify.objscan import ObjectError
+from verlenv.verify.wheelscan import scan_wheel
+from verlenv.wheels.cache import Cache, sha256_of
+from verlenv.wheels.wheelhouse import Wheelhouse, fill
+
+REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    profile: str
+    lock_sha256: str
+    platform: str
+    python: str
+    base: str
+    torch: TorchFacts | None
+    distributions: int
+    sdist_only: tuple[str, ...]
+    metadata: tuple[MetaViolation, ...]
+    objects: tuple[ObjectVerdict, ...]
+    errors: tuple[ObjectError, ...]
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.metadata and not self.errors and all(v.ok for v in self.objects)
+
+    def to_json(self) -> dict[str, Any]:
+        """Deterministic (no times, sorted), so a committed report can be compared with a fresh one."""
+        return {
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "profile": self.profile,
+            "lock_sha256": self.lock_sha256,
+            "platform": self.platform,
+            "python": self.python,
+            "base": self.base,
+            "ok": self.ok,
+            "torch": {"version": self.torch.version, "cxx11_abi": self.torch.abi} if self.torch else None,
+            "distributions": self.distributions,
+            "sdist_only": list(self.sdist_only),
+            "metadata": {
+                "ok": not self.metadata,
+                "violations": [
+                    {"dist": v.dist, "requirement": v.requirement, "problem": v.problem} for v in self.metadata
+                ],
+            },
+            "extensions": [_verdict_json(v) for v in self.objects],
+            "unreadable": [{"owner": e.owner, "path": e.path, "error": e.error} for e in self.errors],
+        }
+
+
+def _verdict_json(verdict: ObjectVerdict) -> dict[str, Any]:
+    return {
+        "owner": verdict.owner,
+        "path": verdict.path,
+        "ok": verdict.ok,
+        "excused": verdict.excused,
+        "needs": list(verdict.torch_needs),
+        "abi": verdict.abi,
+        "torch_symbols": verdict.checked_symbols,
+        "findings": [
+            {"kind": f.kind, "message": f.message, "fix": f.fix, "count": f.count, "examples": list(f.examples)}
+            for f in verdict.findings
+        ],
+    }
+
+
+def verify_profile(
+    paths: ProjectPaths, name: str, cache: Cache, *, offline: bool = False, quiet: bool = False, jobs: int = 8
+) -> VerifyReport:
+    profile = load_profile(paths, name)
+    require_fresh(paths, name, f"lock for {name}")
+    lock = read_lock(paths.lock(name))
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    house = fill(profile, lock, cache, offline=offline, jobs=jobs, quiet=quiet)
+    timings["wheelhouse"] = time.monotonic() - started
+    return verify_wheelhouse(profile, lock, house, cache, timings)
+
+
+def verify_wheelhouse(
+    profile: Profile, lock: Lock, house: Wheelhouse, cache: Cache, timings: dict[str, float] | None = None
+) -> VerifyReport:
+    timings = timings if timings is not None else {}
+    started = time.monotonic()
+    metas = {f.name: read_meta(f.path) for f in house.files}
+    violations = check_requirements(
+        metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform
+    )
+    violations += check_engine_gate({n: m.version for n, m in metas.items()})
+    timings["metadata"] = time.monotonic() - started
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        scans = list(pool.map(lambda f: scan_wheel(f, cache), [f for f in house.files if f.is_wheel]))
+    objects = [o for s in scans for o in s.objects]
+    torch_version = lock.version_of("torch")
+    torch = torch_facts(torch_version, objects) if torch_version else None
+    verdicts = (
+        check_objects(
+            objects, torch, profile.base.facts, _torch_pins(metas), other_names=[n for s in scans for n in s.names]
+        )
+        if torch
+        else []
+    )
+    verdicts = apply_waivers(verdicts, profile.waivers)
+    timings["elf"] = time.monotonic() - started
+    return VerifyReport(
+        profile=profile.name,
+        lock_sha256=lock.sha256,
+        platform=profile.platform,
+        python=profile.python,
+        base=profile.base.name,
+        torch=torch,
+        distributions=len(house.files),
+        sdist_only=tuple(sorted(f.name for f in house.files if not f.is_wheel)),
+        metadata=tuple(dict.fromkeys(violations)),
+        objects=tuple(verdicts),
+        errors=tuple(e for s in scans for e in s.errors),
+        timings=timings,
+    )
+
+
+def _torch_pins(metas: dict[str, DistMeta]) -> dict[str, str]:
+    """dist -> the exact torch version its Requires-Dist pins (torch==X), for fix hints."""
+    return {name: pin for name, meta in metas.items() if (pin := exact_pin(meta.requires_dist))}
+
+
+def require_verified(paths: ProjectPaths, name: str, doing: str) -> tuple[Profile, Lock, str]:
+    """(profile, lock, sha256 of its verify report) when the lock is fresh and its committed verify
+    report passed for exactly this lock; CheckFailed naming what is missing otherwise. Every stage
+    that installs the wheels (image, venv, bundle) passes this gate first."""
+    profile = load_profile(paths, name)
+    require_fresh(paths, name, f"{doing}: its lock")
+    lock = read_lock(paths.lock(name))
+    report_file = paths.verify_report(name)
+    hint = f"verlenv verify --profile {name}"
+    if not report_file.exists():
+        raise CheckFailed(f"{doing}: no verify report at {report_file}", hint=hint)
+    report = json.loads(report_file.read_text())
+    if report.get("lock_sha256") != lock.sha256:
+        raise CheckFailed(f"{doing}: {report_file.name} was made for another lock", hint=hint)
+    if not report.get("ok"):
+        raise CheckFailed(f"{doing}: its verify report failed", hint=hint)
+    return profile, lock, sha256_of(report_file)
+
+
+def write_report(report: VerifyReport, path: Path) -> None:
+    atomic.write_text(path, json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def render(report: VerifyReport, verbose: bool = False) -> str:
+    lines = [
+        f"verify {report.profile}: lock {report.lock_sha256[:12]}, {report.distributions} distributions, "
+        f"{report.platform} / Python {report.python}, base {report.base}"
+    ]
+    if report.sdist_only:
+        lines.append(f"  sdist only (built into wheels before the image build): {', '.join(report.sdist_only)}")
+    if report.metadata:
+        lines.append(f"metadata: FAIL, {len(report.metadata)} violation(s)")
+        lines += [f"  - {v.render()}" for v in report.metadata]
+    else:
+        lines.append("metadata: OK (every Requires-Dist satisfied by the lock; verl's vLLM gate respected)")
+    lines += _render_elf(report, verbose)
+    for error in report.errors:
+        lines.append(f"  FAIL  {error.owner}  {error.path}: {error.error}")
+    lines.append("result: " + ("PASS" if report.ok else "FAIL"))
+    return "\n".join(lines)
+
+
+def _render_elf(report: VerifyReport, verbose: bool) -> list[str]:
+    if report.torch is None:
+        return ["elf: no torch in the lock; nothing links libtorch"]
+    bad = [v for v in report.objects if not v.ok]
+    excused = [v for v in report.objects if v.excused]
+    lines = [
+        f"elf: torch {report.torch.version} ({report.torch.abi} ABI); {len(report.objects)} extension(s) link it, "
+        f"{len(bad)} failing, {len(excused)} excused (alternative builds not used here, or waived by the profile)"
+    ]
+    for verdict in report.objects:
+        if verdict.ok and not verbose:
+            continue
+        state = "FAIL" if not verdict.ok else "SKIP" if verdict.excused else "OK  "
+        lines.append(
+            f"  {state}  {verdict.owner}  {verdict.path}  ({verdict.checked_symbols} torch symbols, {verdict.abi})"
+        )
+        if verdict.excused:
+            lines.append(f"        {verdict.excused}")
+            continue
+        for finding in verdict.findings:
+            lines.append(f"        {finding.kind}: {finding.message}")
+            lines += [f"          {example}" for example in finding.examples]
+            lines.append(f"        fix: {finding.fix}")
+    if not bad and not verbose and report.objects:
+        lines.append("  all OK (-v lists each, with the alternative builds that are not used here)")
+    return lines

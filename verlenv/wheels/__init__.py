@@ -1,0 +1,1 @@
+"""Lock -> hash-checked wheels in the content-addressed cache."""

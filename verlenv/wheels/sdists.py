@@ -1,0 +1,49 @@
+"""Turn hash-verified sdists into wheels on the host, before the offline image build.
+
+Some locked dependencies ship only an sdist (antlr4-python3-runtime, pulled in by hydra-core).
+The image build has no network and installs wheels only, so these are built here with uv
+(isolated build environment) and must come out pure Python, or built for the target's tags.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from packaging.tags import Tag
+from packaging.utils import parse_wheel_filename
+
+from verlenv.errors import ResolutionError
+from verlenv.lock.tools import run, uv_binary
+from verlenv.wheels.cache import Cache, sha256_of
+from verlenv.wheels.wheelhouse import HouseFile
+
+
+def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str) -> HouseFile:
+    """The wheel built from ``sdist`` (cached by the sdist's sha256)."""
+    folder = cache.built_dir(sdist.sha256)
+    existing = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if existing:
+        return _house(sdist, existing[0])
+    with tempfile.TemporaryDirectory(dir=cache.tmp) as tmp:
+        run(
+            [uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist.path)],
+            what=f"building a wheel from {sdist.filename}",
+        )
+        built = sorted(Path(tmp).glob("*.whl"))
+        if len(built) != 1:
+            raise ResolutionError(f"building {sdist.filename} produced {len(built)} wheels")
+        wheel_tags = parse_wheel_filename(built[0].name)[3]
+        if not any(t in tags for t in wheel_tags):
+            raise ResolutionError(
+                f"{sdist.filename} built {built[0].name}, which does not fit the image's platform",
+                hint="it has compiled parts: add a wheel for the target to an index the profile uses",
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / built[0].name
+        built[0].replace(target)
+    return _house(sdist, target)
+
+
+def _house(sdist: HouseFile, wheel: Path) -> HouseFile:
+    return HouseFile(sdist.name, sdist.version, wheel.name, sha256_of(wheel), wheel)
