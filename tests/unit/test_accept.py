@@ -17,7 +17,7 @@ from verlenv.accept.memory import gate, theil_sen
 from verlenv.accept.rollout import HFRollout, VLLMRollout
 from verlenv.accept.suite import run_suite
 from verlenv.accept.task import DataFlowError, Prompt, make_prompts, reward
-from verlenv.accept.tiny import make_tiny
+from verlenv.accept.tiny import make_tiny, make_tokenizer
 
 FAST = {"steps": 20, "batch": 32, "prefer_verl": False}
 
@@ -131,8 +131,10 @@ class FakeLLM:
 
     calls: list[str] = field(default_factory=list)
     loaded: dict = field(default_factory=dict)  # type: ignore[type-arg]
+    prompts: list = field(default_factory=list)  # type: ignore[type-arg]
 
     def generate(self, prompts, params, use_tqdm=False):  # type: ignore[no-untyped-def]
+        self.prompts.extend(prompts)
         self.calls.append(f"generate:{len(prompts)}:{params['max_tokens']}")
         return [FakeResult([1, 2], [FakeOutput([5, 6], "w0 w1")]) for _ in prompts]
 
@@ -143,6 +145,9 @@ class FakeLLM:
 
         fn(Model())
 
+    def reset_prefix_cache(self) -> None:
+        self.calls.append("reset-prefix-cache")
+
     def sleep(self, level: int) -> None:
         self.calls.append(f"sleep:{level}")
 
@@ -150,16 +155,20 @@ class FakeLLM:
         self.calls.append("wake")
 
 
-def test_vllm_backend_against_vllms_interface() -> None:
+def test_vllm_backend_against_vllms_interface(tmp_path: Path) -> None:
     llm = FakeLLM()
-    backend = VLLMRollout(Path("/unused"), tokenizer=None, llm=llm, sampling_params=lambda **kw: kw)
+    tokenizer = make_tokenizer(tmp_path)
+    backend = VLLMRollout(Path("/unused"), tokenizer=tokenizer, llm=llm, sampling_params=lambda **kw: kw)
     prompts = make_prompts(0, 3, 0)
     backend.wake()
     out = backend.generate(prompts, 4, seed=1)
     backend.sync_weights({"lm_head.weight": torch.ones(2)})
     backend.sleep()
     assert [r.id for r in out] == [p.id for p in prompts] and out[0].response_ids == (5, 6)
-    assert llm.calls == ["wake", "generate:3:4", "sleep:1"]
+    # prompts go in as our tokenizer's ids; responses come back decoded by it
+    assert llm.prompts[0] == {"prompt_token_ids": tokenizer(prompts[0].text)["input_ids"]}
+    assert out[0].response_text == tokenizer.decode([5, 6])
+    assert llm.calls == ["wake", "generate:3:4", "reset-prefix-cache", "sleep:1"]
     assert torch.equal(llm.loaded["lm_head.weight"], torch.ones(2))
 
 

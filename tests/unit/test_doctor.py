@@ -10,8 +10,10 @@ import pytest
 
 from tests.helpers.fakewheels import Variant, build_pair, build_wheel
 from tests.helpers.venvs import Venv, make_venv
+from verlenv.inside.doctor.checks_binary import host_library_variants
 from verlenv.inside.doctor.model import Check, Facts, Result, Status
 from verlenv.inside.doctor.runner import redact, run_checks
+from verlenv.verify.abi import Finding, ObjectVerdict
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "verlenv/schemas/doctor-1.schema.json").read_text())
 
@@ -223,3 +225,18 @@ def test_wrapped_import_error_is_traced_to_the_missing_driver(tmp_path: Path, he
     [detail] = [d for d in probe["details"] if d.startswith("vllm.vllm_flash_attn._vllm_fa2_C")]
     assert "requires the CUDA flash attention extensions" in detail
     assert "dlopen _vllm_fa2_C.abi3.so: libcuda.so.1: cannot open shared object file" in detail
+
+
+def _verdict(path: str, kind: str | None) -> ObjectVerdict:
+    findings = (Finding(kind, "m", "fix"),) if kind else ()
+    return ObjectVerdict("codec 1.0", path, ("libc10.so",), findings, "cxx11", 3)
+
+
+def test_a_package_with_builds_for_host_libraries_it_cannot_find_is_a_warning_not_a_failure() -> None:
+    # torchcodec ships one core per FFmpeg major; on a host without FFmpeg none loads: unavailable, not broken
+    every_build = [_verdict("codec/libcore4.so", "missing-needed"), _verdict("codec/libcore5.so", "missing-needed")]
+    assert host_library_variants(tuple(every_build)) == every_build
+    single = [_verdict("codec/libonly.so", "missing-needed")]
+    assert host_library_variants(tuple(single)) == []
+    wrong_torch = [_verdict("codec/libcore4.so", "missing-needed"), _verdict("codec/libcore5.so", "missing-symbols")]
+    assert host_library_variants(tuple(wrong_torch)) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from verlenv.accept import algos
 from verlenv.accept.memory import LeakInjector, MemorySampler
 from verlenv.accept.rollout import HFRollout, RolloutBackend, VLLMRollout, vllm_usable
 from verlenv.accept.task import Rollout, make_prompts, reward
-from verlenv.accept.tiny import TinySpec, load_tiny, make_tiny
+from verlenv.accept.tiny import ENGINE_SPEC, TinySpec, load_tiny, make_tiny
 
 
 @dataclass(frozen=True)
@@ -122,9 +122,13 @@ def _tensors(rollouts: list[Rollout], pad_id: int, device: str):  # type: ignore
     return torch.tensor(rows, device=device), torch.tensor(masks, device=device), width
 
 
-def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]
+def wants_vllm(config: AcceptConfig) -> bool:
     want = config.backend
-    if want == "vllm" or (want == "auto" and config.device.startswith("cuda") and vllm_usable()):
+    return want == "vllm" or (want == "auto" and config.device.startswith("cuda") and vllm_usable())
+
+
+def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]
+    if wants_vllm(config):
         return VLLMRollout(model_dir, tokenizer)
     return HFRollout(model_dir, tokenizer, config.device)
 
@@ -138,7 +142,8 @@ def run_loop(config: AcceptConfig, workdir: Path | None = None, on_step=None) ->
         if (model_dir / "config.json").exists():  # made by the parent of data-parallel ranks
             tokenizer, model = load_tiny(model_dir)
         else:
-            tokenizer, model = make_tiny(model_dir, TinySpec(seed=config.seed))
+            spec = ENGINE_SPEC if wants_vllm(config) else TinySpec()
+            tokenizer, model = make_tiny(model_dir, replace(spec, seed=config.seed))
         backend = make_backend(config, model_dir, tokenizer)
         return _train(config, tokenizer, model, backend, on_step)
 

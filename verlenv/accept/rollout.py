@@ -7,6 +7,7 @@ real copy, as it is for an inference engine.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -71,8 +72,12 @@ class HFRollout:
 class VLLMRollout:
     """vLLM's LLM over the saved model; weights pushed in every step, sleep/wake when supported.
 
-    Kept thin on purpose: only LLM(...), generate, sleep, wake_up and apply_model are used, the
-    surface verl itself relies on. Tests drive it with an object implementing that surface.
+    Kept thin on purpose: only LLM(...), generate, sleep, wake_up, apply_model and
+    reset_prefix_cache are used, the surface verl itself relies on; tests drive it with an object
+    implementing that surface. The engine runs in this process (V1 without its engine-core
+    subprocess), so a weight update is a function call on the model, not a serialized message.
+    Prompts go in as token ids from our tokenizer and responses are decoded by it, so the reward
+    sees exactly what the hf backend's would.
     """
 
     name = "vllm"
@@ -87,35 +92,33 @@ class VLLMRollout:
     ) -> None:
         self.tokenizer = tokenizer
         if llm is None:
-            from vllm import LLM, SamplingParams
-
-            sampling_params = SamplingParams
-
-            llm = LLM(
-                model=str(model_dir),
-                tokenizer=str(model_dir),
-                dtype="float32",
-                enforce_eager=True,
-                gpu_memory_utilization=gpu_memory_utilization,
-                enable_sleep_mode=True,
-                seed=0,
-            )
+            llm, sampling_params = _engine(model_dir, gpu_memory_utilization)
         self.llm, self.sampling_params = llm, sampling_params
         self.can_sleep = hasattr(llm, "sleep") and hasattr(llm, "wake_up")
 
     def generate(self, prompts: list[Prompt], max_new_tokens: int, seed: int) -> list[Rollout]:
         params = self.sampling_params(
-            temperature=1.0, top_k=-1, top_p=1.0, max_tokens=max_new_tokens, min_tokens=max_new_tokens, seed=seed
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_tokens=max_new_tokens,
+            min_tokens=max_new_tokens,
+            seed=seed,
+            detokenize=False,
         )
-        outputs = self.llm.generate([p.text for p in prompts], params, use_tqdm=False)
-        return [
-            Rollout(p.id, tuple(o.prompt_token_ids), tuple(o.outputs[0].token_ids), o.outputs[0].text)
-            for p, o in zip(prompts, outputs, strict=True)
-        ]
+        ids = [self.tokenizer(p.text)["input_ids"] for p in prompts]
+        outputs = self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
+        rollouts = []
+        for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
+            response = tuple(out.outputs[0].token_ids)
+            rollouts.append(Rollout(prompt.id, tuple(prompt_ids), response, self.tokenizer.decode(response)))
+        return rollouts
 
     def sync_weights(self, state: dict) -> None:  # type: ignore[type-arg]
         items = list(state.items())
         self.llm.apply_model(lambda model: model.load_weights(weights=iter(items)))
+        if hasattr(self.llm, "reset_prefix_cache"):  # cached KV of the old weights must not be reused
+            self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
         if self.can_sleep:
@@ -124,6 +127,26 @@ class VLLMRollout:
     def wake(self) -> None:
         if self.can_sleep:
             self.llm.wake_up()
+
+
+def _engine(model_dir: Path, gpu_memory_utilization: float):  # type: ignore[no-untyped-def]
+    # In-process engine core: apply_model then calls our function on the model directly (with the
+    # engine-core subprocess it would have to be pickled, tensors and all).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=str(model_dir),
+        tokenizer=str(model_dir),
+        dtype="bfloat16",  # as verl rolls out: bf16 engine, fp32 trainer; the trainer recomputes log-probs
+        enforce_eager=True,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_sleep_mode=True,
+        enable_prefix_caching=False,
+        max_model_len=64,
+        seed=0,
+    )
+    return llm, SamplingParams
 
 
 def vllm_usable() -> bool:

@@ -12,7 +12,14 @@ from typing import Any
 from verlenv import __version__
 from verlenv.accept.loop import AcceptConfig, LoopResult, run_loop
 from verlenv.accept.task import DataFlowError
-from verlenv.accept.verdicts import Verdict, finite_verdict, lora_verdicts, memory_verdicts, reward_verdict
+from verlenv.accept.verdicts import (
+    Verdict,
+    finite_verdict,
+    loop_values,
+    lora_verdicts,
+    memory_verdicts,
+    reward_verdict,
+)
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -83,8 +90,8 @@ def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -
                 f"{config.steps * config.batch} rollouts scored in order, id for id",
             )
         )
-        verdicts += [reward_verdict([r.reward for r in result.records]), finite_verdict(result)]
-        verdicts += memory_verdicts(result, config.steps)
+        verdicts += [reward_verdict([r.reward for r in result.records]), finite_verdict(loop_values(result))]
+        verdicts += memory_verdicts(result.memory, config.steps)
         if config.lora:
             verdicts += lora_verdicts(result.lora)
     smoke = None
@@ -112,6 +119,41 @@ def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -
             )
         )
     return _report(config, result, verdicts, smoke, time.perf_counter() - started)
+
+
+def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """verl's own trainer on the tiny model (accept/trainer.py), judged by the same verdicts."""
+    from verlenv.accept import trainer
+
+    run = trainer.run(workdir, config, on_line)
+    rewards = trainer.rewards(run.steps)
+    verdicts = [
+        Verdict("verl-exit", run.exit_code == 0, run.exit_code, 0, "python -m verl.trainer.main_ppo exit code"),
+        Verdict("verl-steps", len(run.steps) >= config.steps, len(run.steps), config.steps, "steps verl logged"),
+    ]
+    if rewards:
+        values = rewards + [float(v) for s in run.steps for k, v in s["data"].items() if k in trainer.LOSSES]
+        verdicts += [reward_verdict(rewards), finite_verdict(values, "scores and losses verl logged")]
+    verdicts += memory_verdicts(run.memory, len(run.steps)) if len(run.steps) >= 6 else []
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": "verlenv accept --trainer verl",
+        "verlenv_version": __version__,
+        "image_id": os.environ.get("VERLENV_IMAGE_ID", ""),
+        "profile": os.environ.get("VERLENV_PROFILE", ""),
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "passed": all(v.passed for v in verdicts),
+        "seconds": round(run.seconds, 2),
+        "config": asdict(config),
+        "host": host_facts("cuda" if config.gpus else "cpu"),
+        "backend": "verl main_ppo (FSDP actor and critic, vLLM rollout)",
+        "algorithms": "verl",
+        "verdicts": [asdict(v) for v in verdicts],
+        "steps": [trainer.step_summary(s) for s in run.steps],
+        "memory": run.memory,
+        "overrides": run.overrides,
+        "log_tail": run.log_tail[-80:],
+    }
 
 
 def _report(config, result, verdicts, smoke, seconds) -> dict[str, Any]:  # type: ignore[no-untyped-def]

@@ -37,10 +37,13 @@ def reward_verdict(rewards: list[float]) -> Verdict:
     )
 
 
-def finite_verdict(result: LoopResult) -> Verdict:
-    values = [v for r in result.records for v in (r.reward, r.pg_loss, r.vf_loss, r.grad_norm, r.kl)]
+def finite_verdict(values: list[float], what: str = "rewards, losses, grad norms and KL") -> Verdict:
     bad = sum(not math.isfinite(v) for v in values)
-    return Verdict("finite", bad == 0, bad, 0, "rewards, losses, grad norms and KL are finite every step")
+    return Verdict("finite", bad == 0, bad, 0, f"{what} are finite every step")
+
+
+def loop_values(result: LoopResult) -> list[float]:
+    return [v for r in result.records for v in (r.reward, r.pg_loss, r.vf_loss, r.grad_norm, r.kl)]
 
 
 def lora_verdicts(facts: dict[str, Any]) -> list[Verdict]:
@@ -62,7 +65,7 @@ def lora_verdicts(facts: dict[str, Any]) -> list[Verdict]:
     ]
 
 
-def memory_verdicts(result: LoopResult, steps: int) -> list[Verdict]:
+def memory_verdicts(series: dict[str, list[float]], steps: int) -> list[Verdict]:
     warmup = max(3, steps // 5)
     return [
         Verdict(
@@ -73,5 +76,5 @@ def memory_verdicts(result: LoopResult, steps: int) -> list[Verdict]:
             f"Theil-Sen slope over steps {warmup}..{steps - 1}: {v.slope_mib_per_step:+.3f} MiB/step, "
             f"{v.growth_mib:+.1f} MiB in total",
         )
-        for v in gate(result.memory, warmup)
+        for v in gate(series, warmup)
     ]

@@ -12,6 +12,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("verify", "metadata and ELF ABI verdicts for a profile's locked wheels"),
     ("base", "make a debootstrap base image and record what it provides"),
     ("build", "the hermetic image build of one profile"),
+    ("venv", "the same locked environment as a virtual environment, without Docker"),
+    ("bundle", "a profile's wheels for another Python, as checked parts with an installer"),
     ("accept-image", "run the acceptance suite inside a profile's built image"),
     ("publish", "push an accepted image by digest and update the catalog"),
     ("release", "lock check -> verify -> build -> accept -> publish"),

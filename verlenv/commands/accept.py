@@ -47,6 +47,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run the loop data-parallel over N processes (NCCL with N GPUs, gloo otherwise)",
     )
+    parser.add_argument(
+        "--trainer",
+        choices=("loop", "verl"),
+        default="loop",
+        help="loop: verlenv's own PPO loop (default); verl: python -m verl.trainer.main_ppo on the tiny model "
+        "(FSDP actor, vLLM rollout, one node), judged by verl's own metrics",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --trainer verl: compose and validate the config with verl's own Hydra files, then stop",
+    )
+    parser.add_argument("--gpus", type=int, default=1, help="with --trainer verl: GPUs on this node (default 1)")
+    parser.add_argument("--workdir", type=Path, help="with --trainer verl: keep model, data and logs here")
     parser.add_argument("--report", type=Path, default=Path("acceptance-report.json"), help="where to write JSON")
     parser.add_argument("--plot", type=Path, help="also write a PNG of reward and memory per step (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print the report to stdout")
@@ -54,8 +68,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.trainer == "verl":
+        return _verl_trainer(args)
     from verlenv.accept.loop import AcceptConfig
-    from verlenv.accept.suite import plot, run_suite, summary
+    from verlenv.accept.suite import plot, run_suite
 
     device = _device(args.device)
     config = AcceptConfig(
@@ -85,9 +101,36 @@ def execute(args: argparse.Namespace) -> int:
         report = run_dp_suite(config, args.world_size)
     else:
         report = run_suite(config, distributed=not args.no_distributed, on_step=progress)
-    atomic.write_text(args.report, json.dumps(report, indent=2) + "\n")
     if args.plot and not plot(report, str(args.plot)):
         print("accept: matplotlib is not installed; no plot written", file=sys.stderr)
+    return _finish(report, args)
+
+
+def _verl_trainer(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from verlenv.accept import trainer
+    from verlenv.accept.suite import run_trainer_suite
+
+    config = trainer.TrainerConfig(steps=args.steps, batch=args.batch, gpus=args.gpus, seed=args.seed)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="verlenv-verl-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        facts = trainer.dry_run(trainer.prepare(workdir, config), config)
+        print(json.dumps(facts, indent=2) if args.json else f"verl config valid: {facts}")
+        return 0
+
+    def echo(line: str) -> None:
+        if not args.quiet:
+            print(f"[verl] {line}", file=sys.stderr, flush=True)
+
+    return _finish(run_trainer_suite(config, workdir, on_line=echo), args)
+
+
+def _finish(report: dict, args: argparse.Namespace) -> int:  # type: ignore[type-arg]
+    from verlenv.accept.suite import summary
+
+    atomic.write_text(args.report, json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.json else summary(report))
     if not args.json:
         print(f"report: {args.report}")

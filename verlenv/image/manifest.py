@@ -1,9 +1,11 @@
-"""The image manifest (/opt/verlenv/manifest.json): what the build put in, for doctor to compare."""
+"""The environment manifest: what a build put into an image (/opt/verlenv/manifest.json) or `verlenv venv`
+into a virtual environment (VENV/verlenv-manifest.json), for doctor to compare with what is there now."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 MANIFEST_SCHEMA_VERSION = 1
 MANIFEST_ENV = "VERLENV_MANIFEST"
 DEFAULT_PATH = Path("/opt/verlenv/manifest.json")
+VENV_NAME = "verlenv-manifest.json"  # at the root of a venv made by `verlenv venv`
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,13 @@ class Manifest:
     base: dict[str, str]
     verlenv_version: str
     built_from_sdist: dict[str, str] = field(default_factory=dict)  # name -> sha256 of the wheel we built
+    kind: str = "image"  # image | venv
+    # Distributions a venv takes from another interpreter instead of installing them:
+    # name -> {"version": as installed there, "locked": the lock's version, "site": its site-packages,
+    # "tops": its top-level entries}. Their versions are in `distributions` as found there.
+    reused: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Locked distributions a venv goes without on purpose (`verlenv bundle --omit`): name -> version.
+    omitted: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         # Insertion order is meaningful (layers bottom to top); everything else is built sorted.
@@ -37,7 +47,11 @@ class Manifest:
 
 
 def manifest_path() -> Path:
-    return Path(os.environ.get(MANIFEST_ENV) or DEFAULT_PATH)
+    """$VERLENV_MANIFEST, else the manifest of the venv this interpreter runs in, else the image's."""
+    if os.environ.get(MANIFEST_ENV):
+        return Path(os.environ[MANIFEST_ENV])
+    venv = Path(sys.prefix) / VENV_NAME
+    return venv if venv.exists() else DEFAULT_PATH
 
 
 def load_manifest(path: Path | None = None) -> Manifest | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -99,6 +99,16 @@ def forget(site: Path) -> None:
 def by_name(site: Path) -> dict[str, Installed]:
     """name -> distribution; with duplicates, the last dist-info in sorted order wins."""
     return {d.name: d for d in read_installed(site)}
+
+
+def with_lent(site: Path, lent: Mapping[str, Path]) -> dict[str, Installed]:
+    """by_name(site) plus the distributions a venv reuses from other site-packages (name -> that site)."""
+    dists = by_name(site)
+    for name, where in lent.items():
+        found = by_name(where).get(name)
+        if found is not None:
+            dists.setdefault(name, found)
+    return dists
 
 
 def top_levels(dists: Iterable[Installed]) -> dict[str, Installed]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -54,11 +54,17 @@ def read_object(owner: str, path: str, stream: IO[bytes]) -> SharedObject | Obje
     return SharedObject(owner, path, info)
 
 
-def scan_site_packages(root: Path) -> Iterator[SharedObject | ObjectError]:
-    """Every shared object below an installed site-packages directory, symlinks never followed out."""
+def scan_site_packages(root: Path, tops: Collection[str] | None = None) -> Iterator[SharedObject | ObjectError]:
+    """Every shared object below an installed site-packages directory, symlinks never followed out.
+
+    ``tops`` limits the walk to those top-level entries (the packages a venv reuses from another site).
+    """
     root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not (Path(dirpath) / d).is_symlink())
+        if tops is not None and dirpath == str(root):
+            dirnames[:] = [d for d in dirnames if d in tops]
+            filenames = [f for f in filenames if f in tops]
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         for filename in sorted(filenames):
             rel = f"{rel_dir}/{filename}".lstrip("./") if rel_dir != "." else filename

@@ -127,9 +127,19 @@ class Progress:
 
 
 def fill(
-    profile: Profile, lock: Lock, cache: Cache, *, offline: bool = False, jobs: int = 8, quiet: bool = False
+    profile: Profile,
+    lock: Lock,
+    cache: Cache,
+    *,
+    offline: bool = False,
+    jobs: int = 8,
+    quiet: bool = False,
+    python: str = "",
 ) -> Wheelhouse:
-    tags = target_tags(profile.python, profile.platform)
+    """Every locked file for the profile's platform and Python (or ``python``, for a bundle made for
+    another interpreter), from the cache or downloaded and hash-checked into it."""
+    python = python or profile.python
+    tags = target_tags(python, profile.platform)
     found: dict[str, HouseFile] = {}
     missing: list[LockedDist] = []
     for dist in lock.dists:
@@ -142,7 +152,7 @@ def fill(
         raise ResolutionError(
             f"offline, and {len(missing)} locked file(s) are not cached: " + ", ".join(d.pin for d in missing[:10])
         )
-    plans = _plan(profile, missing, tags, jobs) if missing else []
+    plans = _plan(profile, missing, tags, jobs, python) if missing else []
     progress = Progress(len(plans), sum(p.size for p, _ in plans), quiet)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for dist, house in zip(
@@ -153,7 +163,7 @@ def fill(
         print(file=sys.stderr)
     for dist in missing:
         if dist.name not in found:
-            found[dist.name] = _pip_download(profile, dist, cache)
+            found[dist.name] = _pip_download(dist, cache, python)
     return Wheelhouse(tuple(found[d.name] for d in lock.dists), len(missing), progress.bytes)
 
 
@@ -169,7 +179,9 @@ def _from_cache(dist: LockedDist, cache: Cache, tags: list[Tag]) -> HouseFile | 
     return best[1] if best else None
 
 
-def _plan(profile: Profile, dists: list[LockedDist], tags: list[Tag], jobs: int) -> list[tuple[IndexFile, LockedDist]]:
+def _plan(
+    profile: Profile, dists: list[LockedDist], tags: list[Tag], jobs: int, python: str
+) -> list[tuple[IndexFile, LockedDist]]:
     indexes = [default_index_url(), *profile.sources.extra_index_urls]
     local = {_spec_name(spec) for spec in profile.sources.pip_download}
 
@@ -184,7 +196,7 @@ def _plan(profile: Profile, dists: list[LockedDist], tags: list[Tag], jobs: int)
                 plans.append((choice, dist))
             elif dist.name not in local:
                 raise ResolutionError(
-                    f"no file for {dist.pin} with a locked hash fits {profile.platform} / Python {profile.python}",
+                    f"no file for {dist.pin} with a locked hash fits {profile.platform} / Python {python}",
                     hint="re-lock the profile; the index may have removed or changed the file",
                 )
     return plans
@@ -247,13 +259,11 @@ def _fetch(url: str, part: Path, offset: int, digest: Any, report: Callable[[int
     return str(digest.hexdigest())
 
 
-def _pip_download(profile: Profile, dist: LockedDist, cache: Cache) -> HouseFile:
+def _pip_download(dist: LockedDist, cache: Cache, python: str) -> HouseFile:
     """For profile.sources.pip_download: let pip's configuration find the file, then verify it."""
     with tempfile.TemporaryDirectory(dir=cache.tmp) as tmp:
-        run(
-            [*pip_command(), "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", tmp, dist.pin],
-            what=f"pip download {dist.pin}",
-        )
+        options = ["--quiet", "--no-deps", "--only-binary=:all:", "--python-version", python, "--dest", tmp]
+        run([*pip_command(), "download", *options, dist.pin], what=f"pip download {dist.pin}")
         files = list(Path(tmp).iterdir())
         if len(files) != 1:
             raise ResolutionError(f"pip download {dist.pin} produced {len(files)} files")

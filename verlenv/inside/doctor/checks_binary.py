@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from verlenv.inside.doctor.model import Facts, Result, Status
+from verlenv.verify.abi import ObjectVerdict, variant_key
 from verlenv.verify.basefacts import rootfs_facts
 
 _NO_DRIVER = re.compile(r"libcuda\.so|libnvidia-ml|no CUDA-capable device|CUDA driver|found no NVIDIA driver", re.I)
@@ -16,30 +17,58 @@ def check_elf(facts: Facts) -> Result:
     if "torch" not in facts.dists:
         return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
     system = rootfs_facts(facts.root)
-    report = check_site(facts.site, system)
+    report = check_site(facts.site, system, facts.lent)
     if report.torch is None:
         return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
     bad = [v for v in report.verdicts if not v.ok]
+    optional = host_library_variants(report.verdicts)
+    hard = [v for v in bad if v not in optional]
     details = [
         f"{v.owner} {v.path}: {f.kind}: {f.message}" + (f" e.g. {f.examples[0]}" if f.examples else "")
-        for v in bad
+        for v in hard + [v for v in bad if v in optional]
         for f in v.findings
     ]
     details += [f"{e.owner} {e.path}: {e.error}" for e in report.errors]
-    if bad or report.errors:
-        fix = next((f.fix for v in bad for f in v.findings), "reinstall the package that owns the unreadable file")
+    if hard or report.errors:
+        fix = next((f.fix for v in hard for f in v.findings), "reinstall the package that owns the unreadable file")
         return Result(
             Status.FAIL,
-            f"{len(bad) + len(report.errors)} of {len(report.verdicts)} extension(s) linking "
+            f"{len(hard) + len(report.errors)} of {len(report.verdicts)} extension(s) linking "
             f"torch {report.torch.version} will not load",
             tuple(details),
             fix=fix,
+        )
+    if optional:
+        owners = sorted({v.owner for v in optional})
+        return Result(
+            Status.WARN,
+            f"{len(report.verdicts) - len(optional)} extension(s) match torch {report.torch.version}; "
+            f"{', '.join(owners)} cannot load here: none of its builds finds its host libraries",
+            tuple(details),
+            fix="install one of the library versions its builds are made for (FFmpeg 4-8 for torchcodec: "
+            "apt-get install ffmpeg), or leave it if you never use it",
         )
     return Result(
         Status.OK,
         f"{len(report.verdicts)} extension(s) match torch {report.torch.version} "
         f"({report.torch.abi} ABI, glibc {system.glibc})",
     )
+
+
+def host_library_variants(verdicts: tuple[ObjectVerdict, ...]) -> list[ObjectVerdict]:
+    """Failing objects of packages that ship one build per version of a host library (torchcodec: one
+    per FFmpeg major) when every build fails only for want of that library: the host lacks it, so the
+    feature is unavailable here; nothing is built against the wrong torch. A package with a single build
+    missing a library, or any build missing a torch symbol, is not excused by this."""
+    groups: dict[tuple[str, str], list[ObjectVerdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault(variant_key(verdict), []).append(verdict)
+    optional = []
+    for members in groups.values():
+        only_missing = all(f.kind == "missing-needed" for m in members for f in m.findings)
+        if len(members) > 1 and only_missing and all(not m.ok for m in members):
+            optional += members
+    return optional
 
 
 def check_imports(facts: Facts) -> Result:

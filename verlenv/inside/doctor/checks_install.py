@@ -40,10 +40,16 @@ def check_manifest(facts: Facts) -> Result:
     changed = sorted(f"{n} {built[n]} -> {now[n]}" for n in built.keys() & now.keys() if built[n] != now[n])
     removed = sorted(f"{n} {built[n]}" for n in built.keys() - now.keys())
     added = sorted(f"{n} {now[n]}" for n in now.keys() - built.keys())
+    other = sorted(
+        f"{n} {r['version']} (the lock has {r['locked']})"
+        for n, r in manifest.reused.items()
+        if _base(r["version"]) != _base(r["locked"])
+    )
     details = [
         *(f"changed: {c}" for c in changed),
         *(f"removed: {r}" for r in removed),
         *(f"added: {a}" for a in added),
+        *(f"reused at another version: {o}" for o in other),
     ]
     head = f"profile {manifest.profile}, lock {manifest.lock_sha256[:12]}"
     if changed or removed:
@@ -53,10 +59,10 @@ def check_manifest(facts: Facts) -> Result:
             tuple(details),
             fix="pull the image again, or rebuild it from a new lock instead of pip-installing in place",
         )
-    if added:
+    if added or other:
         return Result(
             Status.WARN,
-            f"{head}: {len(added)} distribution(s) added since the build",
+            f"{head}: {len(added)} added since the build, {len(other)} reused at another version than locked",
             tuple(details),
             fix="add them to the profile and rebuild, so the image stays reproducible",
         )
@@ -67,7 +73,8 @@ def check_requirements(facts: Facts) -> Result:
     """pip check, from installed metadata only (no pip needed, nothing imported)."""
     dists = facts.installed
     env = default_environment()
-    problems = []
+    omitted = facts.manifest.omitted if facts.manifest else {}
+    problems, left_out = [], []
     for name, dist in sorted(dists.items()):
         for text in dist.requires:
             try:
@@ -77,7 +84,9 @@ def check_requirements(facts: Facts) -> Result:
             if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
                 continue
             dep = dists.get(canonicalize_name(req.name))
-            if dep is None:
+            if dep is None and canonicalize_name(req.name) in omitted:
+                left_out.append(f"{name} {dist.version} requires {req}, left out of this environment on purpose")
+            elif dep is None:
                 problems.append(f"{name} {dist.version} requires {req}, which is not installed")
             elif not req.specifier.contains(dep.version, prereleases=True):
                 problems.append(f"{name} {dist.version} requires {req}, but {dep.version} is installed")
@@ -87,6 +96,13 @@ def check_requirements(facts: Facts) -> Result:
             f"{len(problems)} unmet requirement(s)",
             tuple(problems),
             fix="reinstall the listed packages at the versions they require (or rebuild the image)",
+        )
+    if left_out:
+        return Result(
+            Status.WARN,
+            f"{len(left_out)} requirement(s) on {len(omitted)} distribution(s) omitted when this venv was made",
+            tuple(left_out),
+            fix="code paths that import them fail here; make the venv without --omit to have them",
         )
     return Result(Status.OK, f"all requirements of {len(dists)} distributions are met")
 
@@ -114,8 +130,10 @@ def check_vllm_gate(facts: Facts) -> Result:
 
 def _version_file(facts: Facts, package: str) -> str:
     """__version__ as written in PACKAGE/version.py or _version.py, read without importing."""
+    dist = facts.installed.get(package)
+    site = dist.path.parent if dist else facts.site  # a reused package lives in another site-packages
     for rel in ("_version.py", "version.py"):
-        path = facts.site / package / rel
+        path = site / package / rel
         if path.exists():
             match = re.search(
                 r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""",

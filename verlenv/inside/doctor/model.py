@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 
 from verlenv.image.manifest import Manifest, load_manifest
-from verlenv.inside.installed import Installed, by_name
+from verlenv.inside.installed import Installed, with_lent
 
 
 class Status(str, enum.Enum):
@@ -61,8 +61,14 @@ class Facts:
         return load_manifest(self._manifest_file)
 
     @cached_property
+    def lent(self) -> dict[str, Path]:
+        """Distributions a venv reuses from another interpreter's site-packages (name -> that site)."""
+        reused = self.manifest.reused if self.manifest else {}
+        return {name: Path(info["site"]) for name, info in reused.items()}
+
+    @cached_property
     def installed(self) -> dict[str, Installed]:
-        return by_name(self.site)
+        return with_lent(self.site, self.lent)
 
     @cached_property
     def dists(self) -> dict[str, str]:

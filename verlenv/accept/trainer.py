@@ -1,0 +1,301 @@
+"""Acceptance through verl's own trainer: `python -m verl.trainer.main_ppo` on the tiny model.
+
+Everything is made on the spot in a work directory: the tiny Qwen2 model (head size 64, so vLLM's
+attention kernels take it) with a chat template, a parquet data set of word prompts, and the reward
+function of the suite's task as verl's custom reward function. The overrides follow verl's own
+single-GPU and function-reward e2e scripts (tests/special_e2e/ppo_trainer/), scaled down; the run
+logs through verl's file logger, whose per-step metrics (critic/score/mean, perf/max_memory_*,
+perf/cpu_memory_used_gb, timing_s/*) feed the same verdicts as the suite's own loop, with NVML
+sampled beside each logged step. `dry_run` composes and validates the config with verl's own Hydra
+config and validate_config, without Ray or a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verlenv.accept.task import TARGET, make_prompts
+from verlenv.accept.tiny import ENGINE_SPEC, make_tiny
+
+GIB_TO_MIB = 1024.0
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+MEMORY_METRICS = {
+    "perf/max_memory_allocated_gb": "cuda_max_allocated_mib",
+    "perf/max_memory_reserved_gb": "cuda_max_reserved_mib",
+    "perf/cpu_memory_used_gb": "host_used_mib",
+}
+REWARD_METRIC = "critic/score/mean"
+LOSSES = ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm")
+# What a report keeps of each step: reward, losses, time, memory (verl logs ~150 metrics a step).
+SUMMARY = (
+    REWARD_METRIC,
+    *LOSSES,
+    "timing_s/gen",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
+    "timing_s/step",
+    *MEMORY_METRICS,
+)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    steps: int = 20
+    batch: int = 64
+    lr: float = 2e-3
+    gpus: int = 1
+    gpu_memory_utilization: float = 0.3
+    seed: int = 0
+    timeout_s: float = 1500.0
+    extra: tuple[str, ...] = ()  # more Hydra overrides, applied last
+
+
+@dataclass
+class TrainerRun:
+    exit_code: int
+    seconds: float
+    steps: list[dict[str, Any]]
+    memory: dict[str, list[float]]
+    overrides: list[str]
+    log_tail: list[str] = field(default_factory=list)
+
+
+def reward_source() -> str:
+    """verl's custom reward function for the suite's task: the share of response words in TARGET."""
+    words = sorted(TARGET)
+    return (
+        f"TARGET = frozenset({words!r})\n\n\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    words = solution_str.split()\n"
+        "    return sum(w in TARGET for w in words) / len(words) if words else 0.0\n"
+    )
+
+
+def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
+    """Model, tokenizer (with a chat template), train/val parquet and reward file in ``workdir``."""
+    import pandas as pd
+
+    model = workdir / "model"
+    tokenizer, _ = make_tiny(model, ENGINE_SPEC)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(model)
+    rows = []
+    for step in range(config.steps + 2):
+        for prompt in make_prompts(step, config.batch, config.seed):
+            rows.append(
+                {
+                    "data_source": "verlenv/target-words",
+                    "prompt": [{"role": "user", "content": prompt.text}],
+                    "ability": "words",
+                    "reward_model": {"style": "rule", "ground_truth": ""},
+                    "extra_info": {"id": prompt.id},
+                }
+            )
+    train, val = workdir / "train.parquet", workdir / "val.parquet"
+    pd.DataFrame(rows).to_parquet(train)
+    pd.DataFrame(rows[: config.batch]).to_parquet(val)
+    reward = workdir / "reward.py"
+    reward.write_text(reward_source())
+    return {"model": model, "train": train, "val": val, "reward": reward, "log": workdir / "metrics.jsonl"}
+
+
+def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
+    """Hydra overrides for verl 0.9's main_ppo: PPO (GAE, critic), FSDP actor, vLLM rollout, one node."""
+    mini = max(config.gpus, config.batch // 2)
+    micro = max(1, mini // (2 * config.gpus))
+    return [
+        "algorithm.adv_estimator=gae",
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        f"data.train_batch_size={config.batch}",
+        "data.max_prompt_length=16",
+        "data.max_response_length=8",
+        "data.dataloader_num_workers=0",
+        f"data.seed={config.seed}",
+        f"actor_rollout_ref.model.path={files['model']}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        f"actor_rollout_ref.actor.optim.lr={config.lr}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.strategy=fsdp",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={config.gpu_memory_utilization}",
+        "actor_rollout_ref.rollout.enforce_eager=True",
+        "actor_rollout_ref.rollout.free_cache_engine=True",
+        "actor_rollout_ref.rollout.load_format=auto",
+        "actor_rollout_ref.rollout.n=1",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"critic.model.path={files['model']}",
+        "critic.model.use_remove_padding=False",
+        f"critic.optim.lr={config.lr * 3}",
+        f"critic.ppo_micro_batch_size_per_gpu={micro}",
+        f"reward.custom_reward_function.path={files['reward']}",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.num_workers=1",
+        "algorithm.use_kl_in_reward=False",
+        "trainer.critic_warmup=0",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=verlenv-accept",
+        "trainer.experiment_name=tiny",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={config.gpus}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        "trainer.total_epochs=1",
+        f"trainer.total_training_steps={config.steps}",
+        f"trainer.default_local_dir={files['model'].parent / 'checkpoints'}",
+        *config.extra,
+    ]
+
+
+def environment(files: dict[str, Path]) -> dict[str, str]:
+    return {
+        **os.environ,
+        "VERL_FILE_LOGGER_PATH": str(files["log"]),
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_USE_V1": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_NVLS_ENABLE": "0",  # never NVLink multicast (shared hosts)
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "RAY_DEDUP_LOGS": "0",
+    }
+
+
+def dry_run(files: dict[str, Path], config: TrainerConfig) -> dict[str, Any]:
+    """Compose the config with verl's own Hydra files and run verl's validate_config on it."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    config_dir = Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        composed = compose(config_name="ppo_trainer", overrides=overrides(files, config))
+    validate_config(composed, use_reference_policy=need_reference_policy(composed), use_critic=need_critic(composed))
+    return {
+        "verl": verl.__version__,
+        "rollout": composed.actor_rollout_ref.rollout.name,
+        "critic": need_critic(composed),
+        "reference": need_reference_policy(composed),
+        "steps": composed.trainer.total_training_steps,
+    }
+
+
+class _StepWatcher(threading.Thread):
+    """Samples NVML every time verl's file logger writes a step, so GPU memory lines up with steps."""
+
+    def __init__(self, log: Path, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.log, self.interval_s = log, interval_s
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self._handle = _nvml()
+
+    def run(self) -> None:
+        seen = 0
+        while not self.stop.wait(self.interval_s):
+            lines = _read_lines(self.log)
+            while seen < len(lines):
+                seen += 1
+                self.samples.append(_nvml_used_mib(self._handle))
+
+
+def run(workdir: Path, config: TrainerConfig, on_line=None) -> TrainerRun:  # type: ignore[no-untyped-def]
+    files = prepare(workdir, config)
+    args = overrides(files, config)
+    watcher = _StepWatcher(files["log"])
+    watcher.start()
+    started = time.perf_counter()
+    tail: list[str] = []
+    with subprocess.Popen(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *args],
+        cwd=workdir,
+        env=environment(files),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        deadline = started + config.timeout_s
+        for line in proc.stdout:
+            tail = [*tail[-199:], line.rstrip()]
+            if on_line:
+                on_line(line.rstrip())
+            if time.perf_counter() > deadline:
+                proc.kill()
+                tail.append(f"[verlenv] killed after {config.timeout_s:.0f}s")
+                break
+        code = proc.wait()
+    watcher.stop.set()
+    watcher.join()
+    steps = [json.loads(line) for line in _read_lines(files["log"])]
+    return TrainerRun(code, time.perf_counter() - started, steps, memory_series(steps, watcher.samples), args, tail)
+
+
+def memory_series(steps: list[dict[str, Any]], nvml: list[float]) -> dict[str, list[float]]:
+    """verl's per-step memory metrics in MiB, plus NVML samples taken as each step was logged."""
+    series: dict[str, list[float]] = {}
+    for metric, name in MEMORY_METRICS.items():
+        values = [float(s["data"][metric]) * GIB_TO_MIB for s in steps if metric in s.get("data", {})]
+        if values:
+            series[name] = values
+    if nvml and all(v >= 0 for v in nvml):
+        series["nvml_used_mib"] = nvml
+    return series
+
+
+def step_summary(step: dict[str, Any]) -> dict[str, Any]:
+    """The metrics a report keeps, under verl's names, plus the suite loop's names for the same things."""
+    data = step.get("data", {})
+    nan = float("nan")
+    return {
+        "step": step.get("step"),
+        "reward": float(data.get(REWARD_METRIC, nan)),
+        "gen_s": float(data.get("timing_s/gen", nan)),
+        "train_s": float(data.get("timing_s/update_actor", nan)) + float(data.get("timing_s/update_critic", 0.0)),
+        "sync_s": float(data.get("timing_s/update_weights", nan)),
+        **{k: data[k] for k in SUMMARY if k in data},
+    }
+
+
+def rewards(steps: list[dict[str, Any]]) -> list[float]:
+    return [float(s["data"][REWARD_METRIC]) for s in steps if REWARD_METRIC in s.get("data", {})]
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return [line for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _nvml() -> object:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001 - no NVML (CPU host): the series is simply absent
+        return None
+
+
+def _nvml_used_mib(handle: object) -> float:
+    if handle is None:
+        return -1.0
+    import pynvml
+
+    return pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
