@@ -68,3 +68,14 @@ def test_leak_injection_fails_in_the_image(engine, cpu_smoke, project_copy: Proj
     )
     assert not report["passed"]
     assert [v["name"] for v in report["verdicts"] if not v["passed"]] == ["memory-rss_mib"]
+
+
+def test_verls_own_trainer_takes_the_acceptance_config(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    # verl's own Hydra files compose our overrides and verl's validate_config accepts them (no GPU
+    # needed): a verl release that renames a key breaks this before a GPU hour is spent on it.
+    code, out = run_in(
+        engine, cpu_smoke.image_id, "verlenv accept --trainer verl --dry-run --json --workdir /tmp/v", stderr=False
+    )
+    assert code == 0, out
+    facts = json.loads(out[out.index("{") :])
+    assert facts["verl"] == "0.9.1" and facts["rollout"] == "vllm" and facts["critic"] is False

@@ -135,7 +135,8 @@ class FakeLLM:
 
     def generate(self, prompts, params, use_tqdm=False):  # type: ignore[no-untyped-def]
         self.prompts.extend(prompts)
-        self.calls.append(f"generate:{len(prompts)}:{params['max_tokens']}")
+        assert len({p["seed"] for p in params}) == len(prompts)  # a seed of its own for every request
+        self.calls.append(f"generate:{len(prompts)}:{params[0]['max_tokens']}")
         return [FakeResult([1, 2], [FakeOutput([5, 6], "w0 w1")]) for _ in prompts]
 
     def apply_model(self, fn):  # type: ignore[no-untyped-def]
@@ -206,3 +207,23 @@ def test_data_parallel_leak_fails_on_every_rank() -> None:
     verdicts = _verdicts(run_dp_suite(AcceptConfig(steps=14, batch=32, prefer_verl=False, inject_leak_mib=2), 2))
     assert verdicts["rank0-memory-rss_mib"] is False and verdicts["rank1-memory-rss_mib"] is False
     assert verdicts["ranks-in-sync"] is True
+
+
+def test_the_verl_mode_tokenizer_survives_transformers_qwen2_rebuild(tmp_path: Path) -> None:
+    # transformers 5 loads a qwen2 model's tokenizer as Qwen2Tokenizer (byte-level); the trainer
+    # mode's tokenizer must still encode the chat-templated prompt and decode it back exactly.
+    from transformers import AutoTokenizer
+
+    from verlenv.accept.tiny import ENGINE_SPEC, make_model
+    from verlenv.accept.trainer import make_qwen_style_tokenizer
+
+    ours = make_qwen_style_tokenizer(tmp_path)
+    make_model(tmp_path, len(ours), ours, ENGINE_SPEC)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = loaded.apply_chat_template(
+        [{"role": "user", "content": "w1 w12 w3"}], add_generation_prompt=True, tokenize=False
+    )
+    ids = loaded.encode(text, add_special_tokens=False)
+    assert len(ids) > 6 and loaded.decode(ids) == text
+    assert len(loaded.encode("\n", add_special_tokens=False)) == 1  # what verl's Qwen token builder requires
+    assert loaded.convert_tokens_to_ids("<|im_end|>") == loaded.eos_token_id

@@ -240,3 +240,21 @@ def test_a_package_with_builds_for_host_libraries_it_cannot_find_is_a_warning_no
     assert host_library_variants(tuple(single)) == []
     wrong_torch = [_verdict("codec/libcore4.so", "missing-needed"), _verdict("codec/libcore5.so", "missing-symbols")]
     assert host_library_variants(tuple(wrong_torch)) == []
+
+
+def _probed(torch: dict) -> Facts:  # type: ignore[type-arg]
+    facts = Facts(manifest_file=Path("/nonexistent"))
+    facts.__dict__["probe"] = {"torch": torch, "modules": {}}
+    return facts
+
+
+def test_the_driver_is_read_through_nvml_and_the_driver_api_where_proc_has_none() -> None:
+    # The H200 VM has no /proc/driver/nvidia; torch and NVML still see the driver (seen 2026-12-03).
+    from verlenv.inside.doctor.checks_runtime import check_driver
+
+    gpu = {"cuda": "13.0", "cuda_available": True, "driver": 13000, "nvml_driver": "580.159.04"}
+    result = check_driver(_probed(gpu))
+    assert result.status == Status.OK and "580.159.04" in result.summary and "CUDA <= 13.0" in result.summary
+    old = check_driver(_probed({**gpu, "driver": 12080, "nvml_driver": "570.86"}))
+    assert old.status == Status.FAIL and "too old" in old.summary and "12.8" in old.fix
+    assert check_driver(_probed({"cuda": None, "cuda_available": False})).status == Status.SKIP

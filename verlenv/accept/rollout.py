@@ -97,15 +97,21 @@ class VLLMRollout:
         self.can_sleep = hasattr(llm, "sleep") and hasattr(llm, "wake_up")
 
     def generate(self, prompts: list[Prompt], max_new_tokens: int, seed: int) -> list[Rollout]:
-        params = self.sampling_params(
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_tokens=max_new_tokens,
-            min_tokens=max_new_tokens,
-            seed=seed,
-            detokenize=False,
-        )
+        # One seed per request: the same seed on every request of a batch draws the same random
+        # numbers for each, so a tiny model answers every prompt alike (seen on the H200: batch
+        # rewards in multiples of 1/6) and the batch is worth one sample.
+        params = [
+            self.sampling_params(
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_tokens=max_new_tokens,
+                min_tokens=max_new_tokens,
+                seed=seed * 100_003 + index,
+                detokenize=False,
+            )
+            for index in range(len(prompts))
+        ]
         ids = [self.tokenizer(p.text)["input_ids"] for p in prompts]
         outputs = self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
         rollouts = []

@@ -18,21 +18,26 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from verlenv.accept.task import TARGET, make_prompts
-from verlenv.accept.tiny import ENGINE_SPEC, make_tiny
+from verlenv.accept.tiny import ENGINE_SPEC, WORDS, make_model
 
 GIB_TO_MIB = 1024.0
-CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+# ChatML, as Qwen2 models have it: verl's agent loop for a qwen2 model tokenizes by its markers.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 MEMORY_METRICS = {
     "perf/max_memory_allocated_gb": "cuda_max_allocated_mib",
     "perf/max_memory_reserved_gb": "cuda_max_reserved_mib",
     "perf/cpu_memory_used_gb": "host_used_mib",
 }
 REWARD_METRIC = "critic/score/mean"
+GROUP = 4  # GRPO responses per prompt
 LOSSES = ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm")
 # What a report keeps of each step: reward, losses, time, memory (verl logs ~150 metrics a step).
 SUMMARY = (
@@ -79,14 +84,49 @@ def reward_source() -> str:
     )
 
 
+def make_qwen_style_tokenizer(where: Path):  # type: ignore[no-untyped-def]
+    """A byte-level BPE tokenizer over the task's words, with ChatML markers, saved beside the model.
+
+    transformers 5 loads the tokenizer of any model whose config says qwen2 as Qwen2Tokenizer, which
+    rebuilds it from vocabulary and merges with Qwen's own byte-level pre-tokenizer: the suite's
+    word-level tokenizer then encodes every prompt to nothing (seen on the H200: vLLM's "decoder
+    prompt cannot be empty"). A byte-level BPE survives that rebuild, and verl's agent loop finds
+    what it expects of a Qwen tokenizer: "\n" one token, <|im_start|> and <|im_end|> present.
+    """
+    import random
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    corpus = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(2000)] + ["user", "assistant"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    backend.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(where)
+    return tokenizer
+
+
 def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
     """Model, tokenizer (with a chat template), train/val parquet and reward file in ``workdir``."""
     import pandas as pd
 
     model = workdir / "model"
-    tokenizer, _ = make_tiny(model, ENGINE_SPEC)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(model)
+    model.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_qwen_style_tokenizer(model)
+    make_model(model, len(tokenizer), tokenizer, replace(ENGINE_SPEC, seed=config.seed))
     rows = []
     for step in range(config.steps + 2):
         for prompt in make_prompts(step, config.batch, config.seed):
@@ -109,18 +149,24 @@ def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
 
 def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
     """Hydra overrides for verl 0.9's main_ppo: PPO (GAE, critic), FSDP actor, vLLM rollout, one node."""
-    mini = max(config.gpus, config.batch // 2)
-    micro = max(1, mini // (2 * config.gpus))
+    # GRPO: verl 0.9.1 loads its critic (a value-head model) with flash_attention_2 hard-coded, and
+    # the [vllm] extra brings no flash-attn; GRPO needs no critic. Groups of 4 responses a prompt.
+    prompts = max(config.gpus, config.batch // GROUP)
+    mini = max(config.gpus, prompts // 2)
+    micro = max(1, mini * GROUP // (2 * config.gpus))
     return [
-        "algorithm.adv_estimator=gae",
+        "algorithm.adv_estimator=grpo",
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",
-        f"data.train_batch_size={config.batch}",
-        "data.max_prompt_length=16",
-        "data.max_response_length=8",
+        f"data.train_batch_size={prompts}",
+        "data.max_prompt_length=32",
+        "data.max_response_length=12",
         "data.dataloader_num_workers=0",
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={files['model']}",
+        # verl defaults to flash_attention_2, which the [vllm] extra does not bring (its [fsdp] extra does)
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "+critic.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.use_remove_padding=False",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
@@ -134,7 +180,7 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         "actor_rollout_ref.rollout.enforce_eager=True",
         "actor_rollout_ref.rollout.free_cache_engine=True",
         "actor_rollout_ref.rollout.load_format=auto",
-        "actor_rollout_ref.rollout.n=1",
+        f"actor_rollout_ref.rollout.n={GROUP}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"critic.model.path={files['model']}",
         "critic.model.use_remove_padding=False",

@@ -61,20 +61,40 @@ def _driver_version() -> str:
 
 
 def check_driver(facts: Facts) -> Result:
-    driver = _driver_version()
     torch = facts.probe.get("torch") or {}
-    cuda = torch.get("cuda") if isinstance(torch, dict) else None
-    if not driver:
+    torch = torch if isinstance(torch, dict) else {}
+    driver = _driver_version() or str(torch.get("nvml_driver") or "")
+    supports = _cuda_of(torch.get("driver"))  # the newest CUDA the driver runs, from the driver API
+    cuda = torch.get("cuda")
+    if not driver and not supports:
         return Result(Status.SKIP, "no NVIDIA driver on this machine", fix="on a GPU node: docker run --gpus all ...")
     wanted = (facts.manifest.components.get("cuda") if facts.manifest else None) or cuda or "?"
-    summary = f"driver {driver}, torch built for CUDA {cuda or '-'}, image needs CUDA {wanted}"
-    if isinstance(torch, dict) and torch.get("cuda_error"):
+    summary = (
+        f"driver {driver or '?'} (runs CUDA <= {supports or '?'}), torch built for CUDA {cuda or '-'}, "
+        f"the {facts.manifest.kind if facts.manifest else 'environment'} needs CUDA {wanted}"
+    )
+    if torch.get("cuda_error"):
         err = str(torch["cuda_error"])
         status = Status.FAIL if "too old" in err.lower() else Status.WARN
         return Result(status, summary, (err,), fix="upgrade the driver, or use a profile built for an older CUDA")
-    if isinstance(torch, dict) and not torch.get("cuda_available"):
+    if supports and wanted != "?" and _key(supports) < _key(wanted):
+        return Result(
+            Status.FAIL,
+            summary + "; the driver is too old for these wheels",
+            fix=f"a driver that runs CUDA {wanted} (or a profile built for CUDA {supports})",
+        )
+    if not torch.get("cuda_available"):
         return Result(Status.FAIL, summary + "; CUDA is not usable", fix="check the driver and the container runtime")
     return Result(Status.OK, summary)
+
+
+def _cuda_of(driver_api: object) -> str:
+    """torch._C._cuda_getDriverVersion() (13000) as a CUDA version ('13.0')."""
+    return f"{driver_api // 1000}.{driver_api % 1000 // 10}" if isinstance(driver_api, int) and driver_api > 0 else ""
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def check_gpu_arch(facts: Facts) -> Result:

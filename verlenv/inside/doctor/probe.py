@@ -62,6 +62,12 @@ try:
                 t["devices"].append({"name": p.name, "capability": list(torch.cuda.get_device_capability(i)),
                                      "memory_gib": round(p.total_memory / 2**30, 1)})
             t["driver"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
+            try:  # the kernel driver's own version, from NVML (no /proc/driver/nvidia in some VMs)
+                import pynvml
+                pynvml.nvmlInit()
+                t["nvml_driver"] = pynvml.nvmlSystemGetDriverVersion()
+            except Exception as exc:
+                t["nvml_error"] = describe(exc)
     except Exception as exc:
         t["cuda_error"] = describe(exc)
     try:
