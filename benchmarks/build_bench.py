@@ -1,6 +1,6 @@
-"""Cold build of cpu-smoke, then rebuilds after changing only the top layer or the verl pin, as ratios.
+"""Cold build of a profile, then rebuilds after changing only the top layer or the verl pin, as ratios.
 
-    python benchmarks/build_bench.py
+    python benchmarks/build_bench.py [--profile NAME] [--no-verl-pin]
 
 Cold = no layer cache (`nocache`), base image reused (it is made once per machine; its own time
 is printed when it has to be made). Rebuild = a copy of the project with cpu-smoke's verl pin
@@ -11,6 +11,7 @@ whose verlenv source differs by one comment line. Target: top-layer rebuild / co
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -32,28 +33,34 @@ def _stages(timings: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
 
 
-def _build(paths, cache: Cache, nocache: bool):  # type: ignore[no-untyped-def]
+def _build(paths, profile: str, cache: Cache, nocache: bool):  # type: ignore[no-untyped-def]
     started = time.perf_counter()
-    result = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True, nocache=nocache))
+    result = build_image(paths, profile, cache, BuildOptions(quiet=True, nocache=nocache))
     return result, time.perf_counter() - started
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu-smoke")
+    parser.add_argument("--no-verl-pin", action="store_true", help="skip the verl-pin variant (lock + verify)")
+    args = parser.parse_args()
     paths = find_root()
     cache = Cache(default_root())
-    fill(load_profile(paths, "cpu-smoke"), read_lock(paths.lock("cpu-smoke")), cache, quiet=True)
-    cold, cold_s = _build(paths, cache, nocache=True)
+    fill(load_profile(paths, args.profile), read_lock(paths.lock(args.profile)), cache, quiet=True)
+    cold, cold_s = _build(paths, args.profile, cache, nocache=True)
     print(f"cold build                 {cold_s:7.1f} s  ({_stages(cold.timings)})")
     print(f"image size                 {cold.size / 2**30:7.2f} GiB ({cold.size:,} bytes)")
     with tempfile.TemporaryDirectory() as tmp:
         top = copy_project(paths, Path(tmp) / "top")
         init = top.root / "verlenv" / "__init__.py"
         init.write_text(init.read_text() + "# benchmark: a change in the top layer only\n")
-        _, top_s = _build(top, cache, nocache=False)
-        print(f"rebuild, top layer changed {top_s:7.1f} s")
+        top_result, top_s = _build(top, args.profile, cache, nocache=False)
+        print(f"rebuild, top layer changed {top_s:7.1f} s  ({_stages(top_result.timings)})")
         print(f"top-layer rebuild / cold   {top_s / cold_s:7.3f}")
-        variant = repin(paths, Path(tmp) / "variant", "cpu-smoke", "verl", "0.9.0", cache)
-        warm, warm_s = _build(variant, cache, nocache=False)
+        if args.no_verl_pin:
+            return
+        variant = repin(paths, Path(tmp) / "variant", args.profile, "verl", "0.9.0", cache)
+        warm, warm_s = _build(variant, args.profile, cache, nocache=False)
     print(f"rebuild, verl pin changed  {warm_s:7.1f} s  ({_stages(warm.timings)})")
     print(f"verl-pin rebuild / cold    {warm_s / cold_s:7.3f}")
     engine = ensure_engine()

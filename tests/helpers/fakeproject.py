@@ -22,6 +22,7 @@ cuda = "none"
 base = "fixture-base"
 snapshot = "2026-01-01"
 snapshot_why = "fixture"
+engine = "none"
 
 [components]
 torch = "2.6.0"

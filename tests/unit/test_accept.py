@@ -14,7 +14,7 @@ from verlenv.accept import algos, loop
 from verlenv.accept.dist import run_smoke
 from verlenv.accept.loop import AcceptConfig
 from verlenv.accept.memory import gate, theil_sen
-from verlenv.accept.rollout import HFRollout, VLLMRollout
+from verlenv.accept.rollout import HFRollout, SGLangRollout, VLLMRollout
 from verlenv.accept.suite import run_suite
 from verlenv.accept.task import DataFlowError, Prompt, make_prompts, reward
 from verlenv.accept.tiny import make_tiny, make_tokenizer
@@ -227,3 +227,53 @@ def test_the_verl_mode_tokenizer_survives_transformers_qwen2_rebuild(tmp_path: P
     assert len(ids) > 6 and loaded.decode(ids) == text
     assert len(loaded.encode("\n", add_special_tokens=False)) == 1  # what verl's Qwen token builder requires
     assert loaded.convert_tokens_to_ids("<|im_end|>") == loaded.eos_token_id
+
+
+@dataclass
+class FakeSGLangEngine:
+    """sglang.Engine's surface the backend uses, as verl uses it between rollout and training."""
+
+    calls: list[str] = field(default_factory=list)
+    requests: list = field(default_factory=list)  # type: ignore[type-arg]
+    loaded: dict = field(default_factory=dict)  # type: ignore[type-arg]
+
+    def generate(self, input_ids, sampling_params):  # type: ignore[no-untyped-def]
+        self.requests.append((input_ids, sampling_params))
+        self.calls.append(f"generate:{len(input_ids)}:{sampling_params[0]['max_new_tokens']}")
+        return [{"output_ids": [5, 6], "text": "ignored"} for _ in input_ids]
+
+    def update_weights_from_tensor(self, named_tensors, flush_cache=True):  # type: ignore[no-untyped-def]
+        assert flush_cache  # the old weights' KV cache must go
+        self.loaded.update(dict(named_tensors))
+        self.calls.append("update-weights")
+
+    def release_memory_occupation(self) -> None:
+        self.calls.append("release")
+
+    def resume_memory_occupation(self) -> None:
+        self.calls.append("resume")
+
+
+def test_sglang_backend_against_sglangs_engine_interface(tmp_path: Path) -> None:
+    engine = FakeSGLangEngine()
+    tokenizer = make_tokenizer(tmp_path)
+    backend = SGLangRollout(Path("/unused"), tokenizer, engine=engine)
+    prompts = make_prompts(0, 3, 0)
+    backend.wake()
+    out = backend.generate(prompts, 4, seed=1)
+    backend.sync_weights({"lm_head.weight": torch.ones(2)})
+    backend.sleep()
+    ids, params = engine.requests[0]
+    assert ids[0] == tokenizer(prompts[0].text)["input_ids"]
+    assert len({p["sampling_seed"] for p in params}) == 3 and params[0]["min_new_tokens"] == 4
+    assert [r.id for r in out] == [p.id for p in prompts] and out[0].response_ids == (5, 6)
+    assert out[0].response_text == tokenizer.decode([5, 6])
+    assert engine.calls == ["resume", "generate:3:4", "update-weights", "release"]
+    assert torch.equal(engine.loaded["lm_head.weight"], torch.ones(2))
+
+
+def test_backend_choice_prefers_the_asked_engine_and_falls_back_to_hf_on_cpu() -> None:
+    from verlenv.accept.loop import engine_of
+
+    assert engine_of(AcceptConfig(backend="sglang", device="cuda")) == "sglang"
+    assert engine_of(AcceptConfig(backend="auto", device="cpu")) == "hf"

@@ -75,7 +75,19 @@ def test_dockerfile_orders_layers_and_keeps_wheels_in_the_builder(repo_paths: Pr
     assert "/wheels/" not in final and "pip install" not in final
     assert text.count("--no-index --no-deps --require-hashes") == 4
     assert "SOURCE_DATE_EPOCH=42" in final and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in final
-    assert final.rstrip().endswith("RUN verlenv clean --check && verlenv doctor --static")
+    # the self-check records its ELF scan, so doctor in a container re-reads only what changed since
+    assert final.rstrip().endswith("RUN verlenv clean --check && verlenv doctor --static --write-elf-cache")
+
+
+def test_packed_layers_come_from_their_wheels_images_and_verlenv_from_the_context(repo_paths: ProjectPaths) -> None:
+    packed = {"torch": "verlenv/wheels:torch-0123456789abcdef", "deps": "verlenv/wheels:deps-fedcba9876543210"}
+    text = render_dockerfile(repo_paths.root / REPO_TEMPLATE, "p", "base:1", ["torch", "deps", "verlenv"], 42, packed)
+    copies = [line for line in text.splitlines() if line.startswith("COPY ") and "/wheels/" in line]
+    assert copies == [
+        "COPY --from=verlenv/wheels:torch-0123456789abcdef /wheels/torch/ /wheels/torch/",
+        "COPY --from=verlenv/wheels:deps-fedcba9876543210 /wheels/deps/ /wheels/deps/",
+        "COPY layers/verlenv/ /wheels/verlenv/",
+    ]
 
 
 def test_source_date_epoch_comes_from_the_lock_snapshot() -> None:

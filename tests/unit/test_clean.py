@@ -101,6 +101,21 @@ def test_cache_written_by_other_versions(tmp_path: Path) -> None:
     assert set(reasons) == {"vllm", "0.2.2"}
 
 
+def test_sglang_caches_written_by_other_versions(tmp_path: Path) -> None:
+    # SGLang keeps FlashInfer autotune results by FlashInfer version, and DeepGEMM JIT kernels
+    sglang, deep_gemm = tmp_path / "sglang", tmp_path / "deep_gemm"
+    (sglang / "flashinfer" / "autotune" / "0.5.0" / "sm90").mkdir(parents=True)
+    (sglang / "flashinfer" / "autotune" / "0.6.11.post1" / "sm90").mkdir(parents=True)
+    clean.write_stamp(deep_gemm, {"sglang": "0.5.5", "sgl-deep-gemm": "", "torch": "2.8.0"})
+    versions = {"torch": "2.11.0", "sglang": "0.5.12", "sgl-deep-gemm": "0.1.0", "flashinfer-python": "0.6.11.post1"}
+    found = clean.find_stale(tmp_path / "empty-site", {"sglang": sglang, "deep_gemm": deep_gemm}, versions)
+    reasons = {s.path.name: s.reason for s in found}
+    assert set(reasons) == {"0.5.0", "deep_gemm"}
+    assert "flashinfer 0.5.0; installed is 0.6.11.post1" in reasons["0.5.0"]
+    assert "sglang 0.5.5 -> 0.5.12" in reasons["deep_gemm"] and "torch 2.8.0 -> 2.11.0" in reasons["deep_gemm"]
+    assert set(clean.default_cache_roots()) >= {"sglang", "deep_gemm", "vllm", "flashinfer", "triton"}
+
+
 def test_cli_check_json_and_apply(tmp_path: Path, venv: Venv) -> None:
     old = _pkg(tmp_path, "1.0", {"enginepkg/__init__.py": b"", "enginepkg/stale.py": b""})
     venv.pip(str(old))

@@ -188,3 +188,33 @@ def test_yaml_lines_are_reported(verl091: Path) -> None:
         (("trainer", "Total_epochs"), "6"),
         (("algorithm", "global_reward_norm"), "9"),
     ]
+
+
+def test_sglang_rollout_and_its_keys_are_linted_like_the_rest(verl091: Path) -> None:
+    schema = load_schema(verl091)
+    assert "sglang" in schema.rollout_names
+    good = parse_overrides(
+        [
+            "actor_rollout_ref.rollout.name=sglang",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+            "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=fa3",  # SGLang's own kwargs: free-form
+            "trainer.logger=[console]",
+        ]
+    )
+    assert lint(schema, good, installed=False) == []
+    typo = parse_overrides(["actor_rollout_ref.rollout.multi_turn.max_assistant_turn=3"])
+    [finding] = [f for f in lint(schema, typo, installed=False) if f.severity == "error"]
+    assert finding.severity == "error" and "actor_rollout_ref.rollout.multi_turn.max_assistant_turns" in finding.fix
+    plain = parse_overrides(["actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=fa3"])
+    [refused] = [f for f in lint(schema, plain, installed=False) if f.severity == "error"]
+    assert "+actor_rollout_ref.rollout.engine_kwargs.sglang" in refused.fix
+    bad_type = parse_overrides(["actor_rollout_ref.rollout.multi_turn.enable=maybe"])
+    errors = [f.key for f in lint(schema, bad_type, installed=False) if f.severity == "error"]
+    assert errors == ["actor_rollout_ref.rollout.multi_turn.enable"]
+
+
+def test_sglang_named_where_it_is_not_installed_is_an_error(verl091: Path) -> None:
+    overrides = ["actor_rollout_ref.rollout.name=sglang", "trainer.logger=[console]"]
+    findings = lint(load_schema(verl091), parse_overrides(overrides), installed=True)
+    assert [f.message for f in findings] == ["rollout engine 'sglang' is not installed in this environment"]

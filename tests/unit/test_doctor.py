@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import jsonschema
@@ -12,6 +13,7 @@ from tests.helpers.fakewheels import Variant, build_pair, build_wheel
 from tests.helpers.venvs import Venv, make_venv
 from verlenv.inside.doctor.checks_binary import host_library_variants
 from verlenv.inside.doctor.model import Check, Facts, Result, Status
+from verlenv.inside.doctor.registry import CHECKS
 from verlenv.inside.doctor.runner import redact, run_checks
 from verlenv.verify.abi import Finding, ObjectVerdict
 
@@ -79,7 +81,8 @@ def test_torch_that_cannot_import_is_reported_not_fatal(tmp_path: Path) -> None:
     code, checks = _doctor(venv)
     assert code == 1
     assert checks["import-probe"]["status"] == "fail" and "import torch fails" in checks["import-probe"]["summary"]
-    assert len(checks) == 14 and not [c for c in checks.values() if c["status"] == "crashed"]
+    # every check but the skipped shm one reported, none crashed
+    assert len(checks) == len(CHECKS) - 1 and not [c for c in checks.values() if c["status"] == "crashed"]
 
 
 def test_missing_symbol_in_installed_torch_fails_the_elf_check(tmp_path: Path) -> None:
@@ -244,7 +247,7 @@ def test_a_package_with_builds_for_host_libraries_it_cannot_find_is_a_warning_no
 
 def _probed(torch: dict) -> Facts:  # type: ignore[type-arg]
     facts = Facts(manifest_file=Path("/nonexistent"))
-    facts.__dict__["probe"] = {"torch": torch, "modules": {}}
+    facts._probe = {"torch": torch, "modules": {}}
     return facts
 
 
@@ -258,3 +261,61 @@ def test_the_driver_is_read_through_nvml_and_the_driver_api_where_proc_has_none(
     old = check_driver(_probed({**gpu, "driver": 12080, "nvml_driver": "570.86"}))
     assert old.status == Status.FAIL and "too old" in old.summary and "12.8" in old.fix
     assert check_driver(_probed({"cuda": None, "cuda_available": False})).status == Status.SKIP
+
+
+def test_the_recorded_elf_scan_is_used_and_a_file_changed_since_is_read_again(tmp_path: Path, healthy: Venv) -> None:
+    manifest = tmp_path / "manifest.json"
+    fields = {"profile": "fixture", "lock_sha256": "a" * 64, "verify_sha256": "b" * 64, "source_date_epoch": 0}
+    fields |= {"components": {}, "layers": {}, "base": {}, "verlenv_version": "0", "distributions": {}}
+    manifest.write_text(json.dumps({"schema_version": 1, **fields}))
+
+    def elf(*extra: str) -> dict:  # type: ignore[type-arg]
+        return _doctor(healthy, "--static", "--manifest", str(manifest), *extra)[1]["elf-abi"]
+
+    first = elf("--write-elf-cache")  # what the image build's self-check does
+    assert first["status"] == "ok" and "3 shared object(s) read, 0 unchanged" in first["details"][-1]
+    assert (tmp_path / "elfscan.json").exists() and (tmp_path / "elfscan-objects.json.gz").exists()
+    again = elf()
+    assert again["status"] == "ok" and "0 shared object(s) read, 3 unchanged" in again["details"][-1]
+    # torch's library replaced after the build by one without at::mul: that file is read again, the
+    # others come from the record, and the verdict is the one a full scan gives
+    torch_cpu = healthy.site / "torch" / "lib" / "libtorch_cpu.so"
+    broken = build_pair(tmp_path / "broken", Variant(torch_has_mul=False))[0]
+    with zipfile.ZipFile(broken) as wheel:
+        torch_cpu.write_bytes(wheel.read("torch/lib/libtorch_cpu.so"))
+    changed = elf()
+    assert changed["status"] == "fail" and any("at::mul(int, int)" in d for d in changed["details"])
+    assert "1 shared object(s) read, 2 unchanged" in changed["details"][-1]
+
+
+def _engine(folder: Path, name: str, version: str, torch_pin: str) -> Path:
+    files = {f"{name}/__init__.py": b"", f"{name}/version.py": f"__version__ = '{version}'".encode()}
+    return build_wheel(folder, name, version, files, requires=[f"torch=={torch_pin}"])
+
+
+def _verl(folder: Path, version: str, sglang_pin: str) -> Path:
+    requires = [f'sglang=={sglang_pin}; extra == "sglang"', 'vllm>=0.8.5; extra == "vllm"']
+    return build_wheel(folder, "verl", version, {"verl/__init__.py": b""}, requires=requires)
+
+
+def test_sglang_is_checked_against_verls_own_sglang_pin_and_its_torch_pin(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_engine(tmp_path, "sglang", "0.5.5", "2.6.0")), str(_verl(tmp_path, "0.6.1", "0.5.5")))
+    _, checks = _doctor(healthy)
+    assert checks["sglang-verl-pin"]["status"] == "ok", checks["sglang-verl-pin"]
+    assert checks["torch-pin"]["status"] == "ok" and "sglang 0.5.5 built for it" in checks["torch-pin"]["summary"]
+    assert checks["engines"]["status"] == "skip"
+
+
+def test_an_sglang_other_than_verls_pin_fails_naming_both(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_engine(tmp_path, "sglang", "0.5.5", "2.6.0")), str(_verl(tmp_path, "0.9.1", "0.5.12")))
+    code, checks = _doctor(healthy)
+    pin = checks["sglang-verl-pin"]
+    assert code == 1 and pin["status"] == "fail"
+    assert pin["summary"] == "verl 0.9.1's [sglang] extra pins sglang==0.5.12; SGLang 0.5.5 is installed"
+
+
+def test_two_engines_wanting_different_torches_are_a_warning(tmp_path: Path, healthy: Venv) -> None:
+    healthy.pip(str(_engine(tmp_path, "sglang", "0.5.5", "2.6.0")), str(_vllm(tmp_path, "0.9.1", "2.7.0", NO_DRIVER)))
+    _, checks = _doctor(healthy)
+    assert checks["engines"]["status"] == "warn" and "different torch versions" in checks["engines"]["summary"]
+    assert checks["torch-pin"]["status"] == "fail"  # vLLM 0.9.1 was built for torch 2.7.0

@@ -16,6 +16,7 @@ from verlenv.profiles.profile import load_profile, profile_names
 
 # vLLM's exact torch pin per release, from its PyPI Requires-Dist (field-notes §2a).
 VLLM_TORCH_PIN = {"0.8.5.post1": "2.6.0", "0.11.0": "2.8.0", "0.12.0": "2.9.0", "0.24.0": "2.11.0"}
+SGLANG_TORCH_PIN = {"0.5.5": "2.8.0", "0.5.12": "2.11.0"}  # sglang's own torch== pins (PyPI metadata)
 
 
 def test_five_locks_every_entry_hashed(repo_paths: ProjectPaths) -> None:
@@ -31,14 +32,15 @@ def test_five_locks_every_entry_hashed(repo_paths: ProjectPaths) -> None:
         assert all(ln.endswith("\\") for ln in entries), "an entry line without a following --hash line"
 
 
-def test_each_real_lock_pins_the_torch_its_vllm_requires(repo_paths: ProjectPaths) -> None:
+def test_each_real_lock_pins_the_torch_its_engine_requires(repo_paths: ProjectPaths) -> None:
     real = sorted(repo_paths.lockfiles.glob("verl*.lock"))
-    assert len(real) == 4
+    assert len(real) == 6
     for path in real:
         parsed = read_lock(path)
-        vllm = parsed.version_of("vllm")
-        assert vllm in VLLM_TORCH_PIN, path
-        assert parsed.version_of("torch") == VLLM_TORCH_PIN[vllm], path
+        engine, pins = ("sglang", SGLANG_TORCH_PIN) if "-sglang" in path.name else ("vllm", VLLM_TORCH_PIN)
+        version = parsed.version_of(engine)
+        assert version in pins, path
+        assert parsed.version_of("torch") == pins[version], path
 
 
 def test_cpu_smoke_lock_has_cpu_torch_and_no_cuda(repo_paths: ProjectPaths) -> None:
@@ -136,5 +138,6 @@ def test_committed_verify_reports_match_their_locks_and_pass(repo_paths: Project
         assert report["lock_sha256"] == read_lock(repo_paths.lock(name)).sha256, f"{name}: verify report is stale"
         assert report["ok"] is True, name
         assert report["metadata"]["ok"] and not report["unreadable"]
-        if name != "cpu-smoke":
-            assert any(e["owner"].startswith("vllm ") for e in report["extensions"]), name
+        if name != "cpu-smoke":  # the engine's own compiled code was checked against torch
+            engine = "sgl_kernel" if "-sglang" in name else "vllm/"
+            assert any(e["path"].startswith(engine) for e in report["extensions"]), name

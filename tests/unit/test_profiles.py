@@ -12,15 +12,18 @@ from verlenv.errors import ConfigError
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import LAYER_ORDER, default_profile, load_all, load_profile
 
+# name -> (verl, engine, engine version, torch, CUDA)
 REAL = {
-    "verl0.9.1-vllm0.24.0-torch2.11.0-cu130": ("0.9.1", "0.24.0", "2.11.0", "13.0"),
-    "verl0.8.0-vllm0.12.0-torch2.9.0-cu129": ("0.8.0", "0.12.0", "2.9.0", "12.9"),
-    "verl0.6.1-vllm0.11.0-torch2.8.0-cu128": ("0.6.1", "0.11.0", "2.8.0", "12.8"),
-    "verl0.5.0-vllm0.8.5.post1-torch2.6.0-cu124": ("0.5.0", "0.8.5.post1", "2.6.0", "12.4"),
+    "verl0.9.1-vllm0.24.0-torch2.11.0-cu130": ("0.9.1", "vllm", "0.24.0", "2.11.0", "13.0"),
+    "verl0.8.0-vllm0.12.0-torch2.9.0-cu129": ("0.8.0", "vllm", "0.12.0", "2.9.0", "12.9"),
+    "verl0.6.1-vllm0.11.0-torch2.8.0-cu128": ("0.6.1", "vllm", "0.11.0", "2.8.0", "12.8"),
+    "verl0.5.0-vllm0.8.5.post1-torch2.6.0-cu124": ("0.5.0", "vllm", "0.8.5.post1", "2.6.0", "12.4"),
+    "verl0.9.1-sglang0.5.12-torch2.11.0-cu130": ("0.9.1", "sglang", "0.5.12", "2.11.0", "13.0"),
+    "verl0.6.1-sglang0.5.5-torch2.8.0-cu128": ("0.6.1", "sglang", "0.5.5", "2.8.0", "12.8"),
 }
 
 
-def test_the_five_profiles_load(repo_paths: ProjectPaths) -> None:
+def test_the_profiles_load(repo_paths: ProjectPaths) -> None:
     names = {p.name for p in load_all(repo_paths)}
     assert names == {*REAL, "cpu-smoke"}
     assert default_profile(repo_paths) == "verl0.9.1-vllm0.24.0-torch2.11.0-cu130"
@@ -29,8 +32,9 @@ def test_the_five_profiles_load(repo_paths: ProjectPaths) -> None:
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_profile_components_match_its_name(repo_paths: ProjectPaths, name: str) -> None:
     profile = load_profile(repo_paths, name)
-    verl, vllm, torch, cuda = REAL[name]
-    assert (profile.component("verl"), profile.component("vllm"), profile.component("torch")) == (verl, vllm, torch)
+    verl, engine, version, torch, cuda = REAL[name]
+    assert profile.engine == engine and f"{engine}{version}" in name
+    assert (profile.component("verl"), profile.component(engine), profile.component("torch")) == (verl, version, torch)
     assert profile.cuda == cuda
     assert profile.python == "3.11" and profile.platform == "x86_64-manylinux_2_36"
     assert profile.base.facts.glibc == "2.36"

@@ -185,3 +185,29 @@ def test_metadata_violation_fails_verify(tmp_path, monkeypatch, capsys) -> None:
     report = json.loads(capsys.readouterr().out)["report"]
     problems = {(v["requirement"], v["problem"]) for v in report["metadata"]["violations"]}
     assert problems == {("torch==2.7.0", "the lock has torch 2.6.0"), ("absent>=1", "not in the lock")}
+
+
+def test_try_a_release_built_for_another_torch_fails_naming_the_symbols(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # What `verlenv verify --try sgl-kernel==0.3.21` showed for real (benchmarks/results): a release built
+    # for another torch, swapped in for the locked one, fails with the symbols it misses; nothing is written.
+    import zipfile
+
+    from tests.helpers.localindex import serve
+
+    torch, ext = build_pair(tmp_path / "good", Variant())
+    _, old_abi = build_pair(tmp_path / "other", Variant(ext_abi=0))  # the same extension, other string ABI
+    index = tmp_path / "index"
+    index.mkdir()
+    with zipfile.ZipFile(old_abi) as source:
+        members = {n: source.read(n) for n in source.namelist() if not n.startswith("fakeext-1.0.dist-info")}
+    build_wheel(index, "fakeext", "2.0", members, requires=["torch==2.6.0"])
+    project = make_project(tmp_path / "project", [torch, ext])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    with serve(index) as (url, _):
+        monkeypatch.setenv("VERLENV_INDEX_URL", url)
+        code = main(["verify", "--profile", "fake", "--cache", str(project.cache.root), "-q", "--try", "fakeext==2.0"])
+    out = capsys.readouterr().out
+    assert code == 1 and "what if: fakeext==2.0" in out
+    assert "FAIL  fakeext 2.0  fakeext/_C.so" in out and "c10::Error::Error(c10::SourceLocation, std::string)" in out
+    assert "abi-mismatch" in out
+    assert not (project.paths.lockfiles / "fake.verify.json").exists()  # a what-if never writes the report

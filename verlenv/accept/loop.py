@@ -12,7 +12,7 @@ from typing import Any
 
 from verlenv.accept import algos
 from verlenv.accept.memory import LeakInjector, MemorySampler
-from verlenv.accept.rollout import HFRollout, RolloutBackend, VLLMRollout, vllm_usable
+from verlenv.accept.rollout import HFRollout, RolloutBackend, SGLangRollout, VLLMRollout, sglang_usable, vllm_usable
 from verlenv.accept.task import Rollout, make_prompts, reward
 from verlenv.accept.tiny import ENGINE_SPEC, TinySpec, load_tiny, make_tiny
 
@@ -33,7 +33,7 @@ class AcceptConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str = "cpu"
-    backend: str = "auto"  # auto | hf | vllm
+    backend: str = "auto"  # auto | hf | vllm | sglang
     lora: bool = False
     inject_leak_mib: int = 0
     prefer_verl: bool = True
@@ -122,14 +122,23 @@ def _tensors(rollouts: list[Rollout], pad_id: int, device: str):  # type: ignore
     return torch.tensor(rows, device=device), torch.tensor(masks, device=device), width
 
 
-def wants_vllm(config: AcceptConfig) -> bool:
-    want = config.backend
-    return want == "vllm" or (want == "auto" and config.device.startswith("cuda") and vllm_usable())
+def engine_of(config: AcceptConfig) -> str:
+    """The rollout engine: the one asked for, else on a GPU vLLM or SGLang when it imports, else hf."""
+    if config.backend != "auto":
+        return config.backend
+    if config.device.startswith("cuda") and vllm_usable():
+        return "vllm"
+    if config.device.startswith("cuda") and sglang_usable():
+        return "sglang"
+    return "hf"
 
 
 def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]
-    if wants_vllm(config):
+    engine = engine_of(config)
+    if engine == "vllm":
         return VLLMRollout(model_dir, tokenizer)
+    if engine == "sglang":
+        return SGLangRollout(model_dir, tokenizer)
     return HFRollout(model_dir, tokenizer, config.device)
 
 
@@ -142,7 +151,7 @@ def run_loop(config: AcceptConfig, workdir: Path | None = None, on_step=None) ->
         if (model_dir / "config.json").exists():  # made by the parent of data-parallel ranks
             tokenizer, model = load_tiny(model_dir)
         else:
-            spec = ENGINE_SPEC if wants_vllm(config) else TinySpec()
+            spec = ENGINE_SPEC if engine_of(config) != "hf" else TinySpec()
             tokenizer, model = make_tiny(model_dir, replace(spec, seed=config.seed))
         backend = make_backend(config, model_dir, tokenizer)
         return _train(config, tokenizer, model, backend, on_step)

@@ -1,4 +1,4 @@
-"""Rollout backends behind one interface: `hf` (transformers generate) and `vllm` (LLM engine).
+"""Rollout backends behind one interface: `hf` (transformers generate), `vllm` (LLM) and `sglang` (Engine).
 
 Each step: wake -> generate -> (reward, train) -> sync weights -> sleep, the cycle verl runs
 between rollout and training. The hf backend keeps its own copy of the weights, so the sync is a
@@ -153,6 +153,73 @@ def _engine(model_dir: Path, gpu_memory_utilization: float):  # type: ignore[no-
         seed=0,
     )
     return llm, SamplingParams
+
+
+class SGLangRollout:
+    """SGLang's offline Engine over the saved model, driven as verl drives it between rollout and training:
+    weights pushed with update_weights_from_tensor every step, memory released after the update
+    (release_memory_occupation, through torch_memory_saver) and resumed before the next rollout.
+    Prompts go in as our token ids, responses come back as ids and are decoded by our tokenizer.
+    Tests drive it with an object implementing that surface of sglang.Engine.
+    """
+
+    name = "sglang"
+
+    def __init__(self, model_dir: Path, tokenizer, engine=None, mem_fraction: float = 0.2) -> None:  # type: ignore[no-untyped-def]
+        self.tokenizer = tokenizer
+        self.engine = engine if engine is not None else _sglang_engine(model_dir, mem_fraction)
+
+    def generate(self, prompts: list[Prompt], max_new_tokens: int, seed: int) -> list[Rollout]:
+        ids = [self.tokenizer(p.text)["input_ids"] for p in prompts]
+        params = [
+            {
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "top_k": -1,
+                "max_new_tokens": max_new_tokens,
+                "min_new_tokens": max_new_tokens,
+                "sampling_seed": seed * 100_003 + index,  # one seed per request, as for vLLM
+            }
+            for index in range(len(prompts))
+        ]
+        outputs = self.engine.generate(input_ids=ids, sampling_params=params)
+        rollouts = []
+        for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
+            response = tuple(out["output_ids"])
+            rollouts.append(Rollout(prompt.id, tuple(prompt_ids), response, self.tokenizer.decode(response)))
+        return rollouts
+
+    def sync_weights(self, state: dict) -> None:  # type: ignore[type-arg]
+        self.engine.update_weights_from_tensor(list(state.items()), flush_cache=True)
+
+    def sleep(self) -> None:
+        self.engine.release_memory_occupation()
+
+    def wake(self) -> None:
+        self.engine.resume_memory_occupation()
+
+
+def _sglang_engine(model_dir: Path, mem_fraction: float):  # type: ignore[no-untyped-def]
+    import sglang
+
+    return sglang.Engine(
+        model_path=str(model_dir),
+        dtype="bfloat16",
+        mem_fraction_static=mem_fraction,
+        enable_memory_saver=True,  # what release/resume_memory_occupation need (torch_memory_saver)
+        disable_cuda_graph=True,
+        random_seed=0,
+        log_level="error",
+    )
+
+
+def sglang_usable() -> bool:
+    try:
+        import sglang  # noqa: F401
+        import torch
+    except Exception:  # noqa: BLE001 - not installed, or broken: fall back
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def vllm_usable() -> bool:

@@ -25,9 +25,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     parser.add_argument(
         "--backend",
-        choices=("auto", "hf", "vllm"),
+        choices=("auto", "hf", "vllm", "sglang"),
         default="auto",
-        help="rollout engine: vllm when it imports and a GPU is present, else hf (default auto)",
+        help="rollout engine: on a GPU vLLM, else SGLang, when it imports; hf otherwise (default auto)",
     )
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters; check the base stays frozen")
     parser.add_argument(

@@ -42,6 +42,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="CONFIG.yaml|OVERRIDE",
         help="also lint this verl config (YAML and/or overrides) against the installed verl",
     )
+    parser.add_argument(
+        "--write-elf-cache",
+        action="store_true",
+        help="record the ELF facts and verdicts of every shared object beside the manifest, so later runs re-read "
+        "only files whose size or mtime changed (the image build and `verlenv venv` do this)",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the import probe (default 60)")
     parser.add_argument("-v", "--verbose", action="store_true", help="all details and per-check timings")
 
@@ -58,7 +64,14 @@ def execute(args: argparse.Namespace) -> int:
                 f"--skip {skip}: no such check", hint=did_you_mean(skip, ids) or "see `verlenv doctor --list`"
             )
     selected = [c for c in CHECKS if c.id not in args.skip and (c.static or not args.static)]
-    facts = Facts(site=args.site, manifest_file=args.manifest, probe_timeout=args.timeout, config=args.config)
+    facts = Facts(
+        site=args.site,
+        manifest_file=args.manifest,
+        probe_timeout=args.timeout,
+        config=args.config,
+        start_probe=any(c.uses_probe for c in selected),
+        write_elf_cache=args.write_elf_cache,
+    )
     outcomes = run_checks(selected, facts)
     failing = {Status.FAIL, Status.CRASHED} | ({Status.WARN} if args.strict else set())
     code = 1 if any(o.result.status in failing for o in outcomes) else 0

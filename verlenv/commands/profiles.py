@@ -10,7 +10,7 @@ from verlenv.paths import find_root
 from verlenv.profiles.profile import load_all
 
 NAME = "profiles"
-HELP = "List profiles (components, CUDA, base, snapshot, lock state); --json for CI matrices."
+HELP = "List profiles (rollout engine, components, CUDA, base, snapshot, lock state); --json for CI matrices."
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,7 @@ def execute(args: argparse.Namespace) -> int:
                     {
                         "name": p.name,
                         "default": p.default,
+                        "engine": p.engine,
                         "components": dict(p.components),
                         "cuda": p.cuda,
                         "python": p.python,
@@ -45,7 +46,7 @@ def execute(args: argparse.Namespace) -> int:
         [
             p.name + (" (default)" if p.default else ""),
             p.component("verl") or "-",
-            p.component("vllm") or "-",
+            f"{p.engine} {p.component(p.engine)}" if p.engine != "none" else "-",
             p.component("torch") or "-",
             p.cuda,
             p.base.name,
@@ -54,5 +55,5 @@ def execute(args: argparse.Namespace) -> int:
         ]
         for p in profiles
     ]
-    print(table(["profile", "verl", "vllm", "torch", "cuda", "base", "snapshot", "lock"], rows))
+    print(table(["profile", "verl", "engine", "torch", "cuda", "base", "snapshot", "lock"], rows))
     return 0

@@ -32,6 +32,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fail if lockfiles/NAME.verify.json differs from this run's report",
     )
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="what if: check with this release in place of the locked one (e.g. an sgl-kernel built for another "
+        "torch); the report is printed, never written (repeatable)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     parser.add_argument("-v", "--verbose", action="store_true", help="list passing extensions too")
 
@@ -39,7 +48,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     paths = find_root()
     name = profile_of(args, paths)
-    report = verify.verify_profile(paths, name, cache_of(args), offline=args.offline, quiet=args.quiet, jobs=args.jobs)
+    report = verify.verify_profile(
+        paths, name, cache_of(args), offline=args.offline, quiet=args.quiet, jobs=args.jobs, tries=tuple(args.tries)
+    )
+    if args.tries:  # a what-if is not the lock's report: never written, never compared
+        args.no_write, args.check_committed = True, False
     target = paths.verify_report(name)
     if args.check_committed:
         committed = json.loads(target.read_text()) if target.exists() else None
@@ -52,6 +65,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"report": report.to_json()})
     else:
+        if args.tries:
+            print(f"what if: {', '.join(args.tries)} in place of the locked release(s); this report is not written")
         print(verify.render(report, verbose=args.verbose))
         times = ", ".join(f"{k} {v:.1f}s" for k, v in report.timings.items())
         print(f"times: {times}; report: {target if not args.no_write else '(not written)'}")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from verlenv import __version__
 from verlenv.errors import CheckFailed, ConfigError, ServiceError
+from verlenv.image import wheelimages
 from verlenv.image.base import make_base
 from verlenv.image.context import assemble, group_layers, source_date_epoch, verlenv_wheel
 from verlenv.image.manifest import Manifest
@@ -82,10 +83,12 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     with timer.stage("wheels"):
         epoch = source_date_epoch(lock.header.exclude_newer)
         files = [*_wheels(profile, lock, cache), verlenv_wheel(paths.root, cache, epoch)]
+    with timer.stage("pack"):
+        packed = _packed_layers(profile, files, cache, options)
     with tempfile.TemporaryDirectory(prefix=f"verlenv-context-{name}-", dir=cache.tmp) as tmp:
         with timer.stage("context"):
             manifest = _manifest(profile, lock, verify_sha, files, base_ref)
-            assemble(Path(tmp), profile, base_ref, files, manifest, paths.dockerfile_template)
+            assemble(Path(tmp), profile, base_ref, files, manifest, paths.dockerfile_template, packed)
         labels = _labels(profile, lock, verify_sha, manifest, paths.root)
         with timer.stage("build"):
             image_id = _engine_build(Path(tmp), labels, options)
@@ -105,6 +108,18 @@ def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[P
             "or pass --allow-unpinned-base knowingly",
         )
     return profile, lock, verify_sha
+
+
+def _packed_layers(profile: Profile, files: list[HouseFile], cache: Cache, options: BuildOptions) -> dict[str, str]:
+    """layer -> wheels image, for every layer but verlenv's own (the one that changes every build)."""
+    client = ensure_engine()
+    packed = {}
+    for layer, items in group_layers(profile, files).items():
+        if layer != "verlenv":
+            packed[layer], _ = wheelimages.ensure(
+                client, layer, items, cache, repack=options.nocache, quiet=options.quiet
+            )
+    return packed
 
 
 def _base_reference(paths: ProjectPaths, base: Base, options: BuildOptions) -> str:
@@ -135,6 +150,8 @@ def _manifest(profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFi
         verlenv_version=__version__,
         # Wheels whose hash is not in the lock: built here from a locked sdist, or verlenv itself.
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
+        overrides={o.name: o.why for o in profile.overrides},
+        waivers=dict(profile.waivers),
     )
 
 

@@ -33,7 +33,7 @@ from verlenv.image.venv import EnvPlan, matches
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile
 from verlenv.verify.distmeta import DistMeta, read_meta
-from verlenv.verify.metadata import check_engine_gate, check_requirements
+from verlenv.verify.metadata import check_engine_gate, check_requirements, split_overridden
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.sdists import wheel_from_sdist
@@ -101,6 +101,8 @@ def make_bundle(
             locked={d.name: d.version for d in lock.dists},
             layers={layer: [h.name for h in items] for layer, items in group_layers(profile, files).items()},
             omitted=omitted,
+            overrides={o.name: o.why for o in profile.overrides},
+            waivers=dict(profile.waivers),
         )
         manifest = _manifest(plan, profile, files, parts, excluded, part_mib)
         atomic.write_text(staging / bundle_install.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -125,6 +127,7 @@ def _check_metadata(
         metas, [Requirement(r.spec) for r in profile.requirements], python, profile.platform
     )
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
+    violations, _ = split_overridden(violations, {o.name: o.why for o in profile.overrides})
     if violations:
         raise CheckFailed(
             f"the lock of {profile.name} does not hold at Python {python}; nothing was written:\n  "
@@ -219,6 +222,8 @@ def _manifest(
         ],
         "expected_on_target": excluded,
         "omitted": plan.omitted,
+        "overrides": plan.overrides,
+        "waivers": plan.waivers,
     }
 
 
@@ -245,6 +250,8 @@ def plan_from_bundle(bundle: Path, wheelhouse: Path) -> EnvPlan:
         locked=data["locked"],
         layers=data["layers"],
         omitted=data.get("omitted", {}),
+        overrides=data.get("overrides", {}),
+        waivers=data.get("waivers", {}),
     )
 
 

@@ -1,4 +1,5 @@
-"""The build context: rendered Dockerfile, per-layer wheels and hashed requirements, manifest.json."""
+"""The build context: rendered Dockerfile, manifest.json, and the wheels of every layer that is not
+packed into a wheels image (image/wheelimages.py) - in practice verlenv's own, the one that changes."""
 
 from __future__ import annotations
 
@@ -42,28 +43,39 @@ def group_layers(profile: Profile, files: list[HouseFile]) -> dict[str, tuple[Ho
     return {layer: tuple(sorted(items, key=lambda h: h.name)) for layer, items in layers.items() if items}
 
 
+def requirements_text(items: tuple[HouseFile, ...]) -> str:
+    return "".join(f"{h.name}=={h.version} --hash=sha256:{h.sha256}\n" for h in items)
+
+
+def stage_wheels(folder: Path, items: tuple[HouseFile, ...]) -> int:
+    """Link ``items`` into ``folder`` beside their hashed requirements.txt, each re-hashed on the way."""
+    folder.mkdir(parents=True)
+    (folder / "requirements.txt").write_text(requirements_text(items))
+    # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return sum(pool.map(lambda house: _link_verified(house, folder / house.filename), items))
+
+
 def assemble(
-    where: Path, profile: Profile, base_ref: str, files: list[HouseFile], manifest: Manifest, template: Path
+    where: Path,
+    profile: Profile,
+    base_ref: str,
+    files: list[HouseFile],
+    manifest: Manifest,
+    template: Path,
+    packed: dict[str, str] | None = None,
 ) -> Context:
-    """Write the context into ``where`` (emptied first); re-hash every file on the way in."""
+    """Write the context into ``where`` (emptied first). Layers in ``packed`` (layer -> wheels image)
+    are copied from those images; the others' wheels go into the context, re-hashed on the way in."""
+    packed = packed or {}
     if where.exists():
         shutil.rmtree(where)
     where.mkdir(parents=True)
     layers = group_layers(profile, files)
-    jobs = []
-    for layer, items in layers.items():
-        folder = where / "layers" / layer
-        folder.mkdir(parents=True)
-        (folder / "requirements.txt").write_text(
-            "".join(f"{h.name}=={h.version} --hash=sha256:{h.sha256}\n" for h in items)
-        )
-        jobs += [(house, folder / house.filename) for house in items]
-    # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        size = sum(pool.map(lambda job: _link_verified(*job), jobs))
+    size = sum(stage_wheels(where / "layers" / layer, items) for layer, items in layers.items() if layer not in packed)
     (where / "manifest.json").write_text(manifest.to_json())
     (where / "Dockerfile").write_text(
-        render_dockerfile(template, profile.name, base_ref, list(layers), manifest.source_date_epoch)
+        render_dockerfile(template, profile.name, base_ref, list(layers), manifest.source_date_epoch, packed)
     )
     return Context(where, manifest, layers, size)
 
@@ -87,8 +99,9 @@ def _link_verified(house: HouseFile, target: Path) -> int:
 # Some wheels carry files for newer Pythons (torch's py312_intrinsics.py) that cannot compile;
 # like pip's own compile step, those are skipped (-qq, status ignored), the install is not.
 # --ignore-installed: installing into a prefix must never uninstall the builder venv's own pip.
+# A packed layer's wheels come from its wheels image (COPY --from an image: cached by its content).
 _BUILDER_STEP = """FROM builder AS layer-{layer}
-COPY layers/{layer}/ /wheels/{layer}/
+COPY {source} /wheels/{layer}/
 RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile --ignore-installed \\
         --no-warn-script-location --find-links /wheels/{layer} --prefix {prefix} \\
         -r /wheels/{layer}/requirements.txt \\
@@ -97,8 +110,19 @@ RUN {venv}/bin/pip install --no-index --no-deps --require-hashes --no-compile --
 _FINAL_STEP = "COPY --from=layer-{layer} {prefix}/ {venv}/"
 
 
-def render_dockerfile(template: Path, profile: str, base_ref: str, layers: list[str], epoch: int) -> str:
-    steps = [{"layer": layer, "prefix": f"/layers/{layer}", "venv": VENV} for layer in layers]
+def render_dockerfile(
+    template: Path, profile: str, base_ref: str, layers: list[str], epoch: int, packed: dict[str, str] | None = None
+) -> str:
+    packed = packed or {}
+    steps = [
+        {
+            "layer": layer,
+            "prefix": f"/layers/{layer}",
+            "venv": VENV,
+            "source": f"--from={packed[layer]} /wheels/{layer}/" if layer in packed else f"layers/{layer}/",
+        }
+        for layer in layers
+    ]
     return Template(template.read_text()).substitute(
         profile=profile,
         base=base_ref,

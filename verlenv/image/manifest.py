@@ -35,6 +35,10 @@ class Manifest:
     reused: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Locked distributions a venv goes without on purpose (`verlenv bundle --omit`): name -> version.
     omitted: dict[str, str] = field(default_factory=dict)
+    # The profile's overrides (name -> why): a declared pin they beat is not an unmet requirement.
+    overrides: dict[str, str] = field(default_factory=dict)
+    # The profile's ELF waivers (glob over a shared object's path -> why): doctor excuses them as verify did.
+    waivers: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         # Insertion order is meaningful (layers bottom to top); everything else is built sorted.

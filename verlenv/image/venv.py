@@ -78,6 +78,8 @@ class EnvPlan:
     layers: dict[str, list[str]] = field(default_factory=dict)
     built_from_sdist: dict[str, str] = field(default_factory=dict)
     omitted: dict[str, str] = field(default_factory=dict)  # locked, left out on purpose: never installed
+    overrides: dict[str, str] = field(default_factory=dict)  # the profile's: name -> why
+    waivers: dict[str, str] = field(default_factory=dict)  # the profile's ELF waivers: glob -> why
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ def plan_from_profile(
         locked={d.name: d.version for d in lock.dists},
         layers={layer: [h.name for h in items] for layer, items in group_layers(profile, files).items()},
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
+        overrides={o.name: o.why for o in profile.overrides},
+        waivers=dict(profile.waivers),
     )
 
 
@@ -151,6 +155,7 @@ def make_venv(plan: EnvPlan, target: Path, python: str, reuse: Reuse | None = No
             _link_lent(target, venv_python, lent)
         _install(venv_python, files, quiet)
         manifest = _write_manifest(plan, target, python, files, lent)
+        _self_check(target, quiet)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -289,10 +294,30 @@ def _write_manifest(plan: EnvPlan, target: Path, python: str, files: list[HouseF
         kind="venv",
         reused={x.name: {"version": x.version, "locked": x.locked, "site": x.site, "tops": list(x.tops)} for x in lent},
         omitted=plan.omitted,
+        overrides=plan.overrides,
+        waivers=plan.waivers,
     )
     path = target / VENV_NAME
     path.write_text(manifest.to_json())
     return path
+
+
+def _self_check(target: Path, quiet: bool) -> None:
+    """doctor --static in the new venv, as the image build runs it; it records its ELF scan there, so the
+    venv's own doctor later re-reads only what changed. Its verdict is reported, not enforced: a venv
+    on a host without, say, FFmpeg is still the environment the user asked for."""
+    proc = subprocess.run(
+        [str(target / "bin" / "verlenv"), "doctor", "--static", "--write-elf-cache", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        summary = json.loads(proc.stdout)["summary"]
+    except (ValueError, KeyError):
+        _say(f"doctor --static did not report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}", quiet)
+        return
+    _say("doctor --static: " + ", ".join(f"{n} {s}" for s, n in summary.items() if n), quiet)
 
 
 def _run(cmd: list[str], what: str) -> str:

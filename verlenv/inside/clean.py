@@ -26,7 +26,7 @@ from verlenv.inside.installed import Installed, read_installed, top_levels
 
 STAMP = ".verlenv-stamp.json"
 # The versions a compile cache depends on: a cache written under others is foreign.
-CACHE_VERSIONS = ("torch", "vllm", "triton", "flashinfer-python")
+CACHE_VERSIONS = ("torch", "vllm", "triton", "flashinfer-python", "sglang", "sgl-deep-gemm")
 
 
 def default_cache_roots() -> dict[str, Path]:
@@ -40,6 +40,10 @@ def default_cache_roots() -> dict[str, Path]:
         "inductor": Path(
             os.environ.get("TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}")
         ),
+        # SGLang's own: its cache root (FlashInfer autotune results by FlashInfer version under
+        # flashinfer/autotune/) and DeepGEMM's JIT kernels (sglang/srt/environ.py)
+        "sglang": Path(os.environ.get("SGLANG_CACHE_DIR", home / ".cache" / "sglang")),
+        "deep_gemm": Path(os.environ.get("SGLANG_DG_CACHE_DIR", home / ".cache" / "deep_gemm")),
     }
 
 
@@ -69,39 +73,71 @@ def find_stale(
 
 
 def _unrecorded(site: Path, infos: list[Installed], recorded: frozenset[str]) -> Iterator[Stale]:
+    """Files below each package directory that no RECORD lists, compared directory by directory.
+
+    One set difference per directory instead of a lookup per file: a CUDA image has ~50,000 files
+    below site-packages, most of them bytecode that pip did not record (it is compiled separately).
+    """
+    by_dir = _by_directory(recorded)
     root = str(site)
+    listed: dict[str, set[str]] = {}  # what the walk saw, by directory (a parent comes before its children)
     for top, owner in sorted(top_levels(infos).items()):
         folder = site / top
         if not folder.is_dir() or folder.is_symlink():
             continue
-        for full in _walk(folder):
-            rel = full[len(root) + 1 :]
-            if rel in recorded:
+        for dirpath, filenames in _walk_dirs(folder):
+            rel_dir = dirpath[len(root) + 1 :]
+            listed[rel_dir] = names = set(filenames)
+            extra = names - by_dir.get(rel_dir, frozenset())
+            if dirpath.endswith("/__pycache__"):
+                yield from _orphans(site, rel_dir, extra, by_dir, listed)
                 continue
-            path = Path(full)
-            if path.parent.name == "__pycache__":
-                source = _source_of(path)
-                if not source.exists():
-                    yield Stale(
-                        path,
-                        "orphan-bytecode",
-                        f"bytecode of {source.name}, which no longer exists",
-                        "delete it (`verlenv clean --apply`)",
-                    )
-                elif source.relative_to(site).as_posix() not in recorded:
-                    yield Stale(
-                        path,
-                        "orphan-bytecode",
-                        f"bytecode of {source.name}, itself a leftover",
-                        "delete it with its source (`verlenv clean --apply`)",
-                    )
-                continue
+            for filename in sorted(extra):
+                yield Stale(
+                    Path(dirpath, filename),
+                    "unrecorded",
+                    f"in {top}/ but not in the RECORD of {owner.name} {owner.version} (left by another version?)",
+                    f"reinstall {owner.name} cleanly, or delete the leftovers (`verlenv clean --apply`)",
+                )
+
+
+def _orphans(
+    site: Path, rel_dir: str, extra: set[str], by_dir: dict[str, frozenset[str]], listed: dict[str, set[str]]
+) -> Iterator[Stale]:
+    """Bytecode whose source is gone, or is itself a leftover; bytecode of a recorded source is fine."""
+    parent = rel_dir.rsplit("/", 1)[0]
+    present, recorded_sources = listed.get(parent, set()), by_dir.get(parent, frozenset())
+    for filename in sorted(extra):
+        source = filename.split(".", 1)[0] + ".py"
+        if source not in present:
             yield Stale(
-                path,
-                "unrecorded",
-                f"in {top}/ but not in the RECORD of {owner.name} {owner.version} (left by another version?)",
-                f"reinstall {owner.name} cleanly, or delete the leftovers (`verlenv clean --apply`)",
+                site / rel_dir / filename,
+                "orphan-bytecode",
+                f"bytecode of {source}, which no longer exists",
+                "delete it (`verlenv clean --apply`)",
             )
+        elif source not in recorded_sources:
+            yield Stale(
+                site / rel_dir / filename,
+                "orphan-bytecode",
+                f"bytecode of {source}, itself a leftover",
+                "delete it with its source (`verlenv clean --apply`)",
+            )
+
+
+def _by_directory(recorded: frozenset[str]) -> dict[str, frozenset[str]]:
+    folders: dict[str, set[str]] = {}
+    for rel in recorded:
+        folder, _, name = rel.rpartition("/")
+        folders.setdefault(folder, set()).add(name)
+    return {folder: frozenset(names) for folder, names in folders.items()}
+
+
+def _walk_dirs(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """(directory, file names) below ``folder``; symlinked directories are not entered."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]  # noqa: PTH114, PTH118
+        yield dirpath, filenames
 
 
 def _walk(folder: Path) -> Iterator[str]:
@@ -109,15 +145,9 @@ def _walk(folder: Path) -> Iterator[str]:
 
     Plain os.path on purpose: pathlib objects cost seconds over a CUDA image's 50,000 files.
     """
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]  # noqa: PTH114, PTH118
+    for dirpath, filenames in _walk_dirs(folder):
         for filename in filenames:
             yield os.path.join(dirpath, filename)  # noqa: PTH118
-
-
-def _source_of(pyc: Path) -> Path:
-    stem = pyc.name.split(".", 1)[0]
-    return pyc.parent.parent / f"{stem}.py"
 
 
 def _duplicates(site: Path, infos: list[Installed]) -> Iterator[Stale]:
@@ -201,6 +231,8 @@ def _foreign_cache(tool: str, root: Path, versions: dict[str, str]) -> Iterator[
     if tool == "flashinfer":
         yield from _flashinfer_versions(root, versions.get("flashinfer-python", ""))
         return
+    if tool == "sglang" and (root / "flashinfer" / "autotune").is_dir():
+        yield from _flashinfer_versions(root / "flashinfer" / "autotune", versions.get("flashinfer-python", ""))
     if not stamp.exists():
         return
     try:
@@ -225,7 +257,7 @@ def _flashinfer_versions(root: Path, installed: str) -> Iterator[Stale]:
             yield Stale(
                 child,
                 "foreign-cache",
-                f"flashinfer JIT cache of flashinfer {child.name}; installed is {installed}",
+                f"FlashInfer cache ({root.name}) of flashinfer {child.name}; installed is {installed}",
                 "delete it (`verlenv clean --apply`)",
             )
 

@@ -7,14 +7,15 @@ runs it inside containers. Core module: standard library, packaging and pyelftoo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from verlenv.inside.elfcache import Key, Remembered, base_key, stat_key
 from verlenv.inside.installed import Installed, top_levels, with_lent
 from verlenv.profiles.bases import BaseFacts
 from verlenv.verify.abi import ObjectVerdict, SharedObject, TorchFacts, check_objects, torch_facts
 from verlenv.verify.distmeta import exact_pin
-from verlenv.verify.objscan import ObjectError, scan_site_packages
+from verlenv.verify.objscan import ObjectError, find_shared_objects, read_file
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class EnvReport:
     torch: TorchFacts | None
     verdicts: tuple[ObjectVerdict, ...]
     errors: tuple[ObjectError, ...]
+    read: int = 0  # shared objects read this time
+    remembered: int = 0  # ... and taken from the recorded scan because they had not changed
+    keys: dict[str, Key] = field(default_factory=dict, compare=False, repr=False)
+    items: dict[str, SharedObject | ObjectError] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -32,26 +37,51 @@ def torch_pins(dists: dict[str, Installed]) -> dict[str, str]:
     return {name: pin for name, dist in dists.items() if (pin := exact_pin(dist.requires))}
 
 
-def check_site(site: Path, base: BaseFacts, lent: Mapping[str, Path] | None = None) -> EnvReport:
-    """The ELF check over ``site``, plus what a venv reuses from other sites (``lent``: name -> site)."""
+def check_site(
+    site: Path, base: BaseFacts, lent: Mapping[str, Path] | None = None, remembered: Remembered | None = None
+) -> EnvReport:
+    """The ELF check over ``site``, plus what a venv reuses from other sites (``lent``: name -> site).
+
+    With ``remembered`` (the record of an earlier scan), files whose size and mtime are unchanged are
+    not read again, and when nothing changed at all the recorded verdicts are returned as they are.
+    """
     lent = lent or {}
     dists = with_lent(site, lent)
     owner_of = {top: dist.label for top, dist in top_levels(dists.values()).items()}
-    objects: list[SharedObject] = []
-    errors: list[ObjectError] = []
-    for root, tops in _roots(site, dists, lent):
-        for item in scan_site_packages(root, tops):
-            owner = owner_of.get(item.path.split("/", 1)[0], item.owner)
-            if isinstance(item, ObjectError):
-                errors.append(ObjectError(owner, item.path, item.error))
-            else:
-                objects.append(SharedObject(owner, item.path, item.info))
+    files = [
+        (owner_of.get(rel.split("/", 1)[0], rel.split("/", 1)[0]), rel, full)
+        for root, tops in _roots(site, dists, lent)
+        for rel, full in find_shared_objects(root, tops)
+    ]
+    keys = {full: stat_key(full) for _, _, full in files}
+    if remembered and remembered.keys == keys and remembered.base == base_key(base):
+        return EnvReport(remembered.torch, remembered.verdicts, remembered.errors, 0, len(keys), keys)
+    known = remembered.facts() if remembered else {}
+    recorded_keys = remembered.keys if remembered else {}
+    items: dict[str, SharedObject | ObjectError] = {}
+    read = 0
+    for owner, rel, full in files:
+        prior = known.get(full)
+        if prior is not None and recorded_keys.get(full) == keys[full]:
+            items[full] = _relabel(prior, owner)
+        else:
+            items[full] = read_file(owner, rel, full)
+            read += 1
+    objects = [i for i in items.values() if isinstance(i, SharedObject)]
+    errors = tuple(i for i in items.values() if isinstance(i, ObjectError))
     torch = dists.get("torch")
     if torch is None:
-        return EnvReport(None, (), tuple(errors))
+        return EnvReport(None, (), errors, read, len(items) - read, keys, items)
     facts = torch_facts(torch.version, objects)
     verdicts = check_objects(objects, facts, base, torch_pins(dists))
-    return EnvReport(facts, tuple(verdicts), tuple(errors))
+    return EnvReport(facts, tuple(verdicts), errors, read, len(items) - read, keys, items)
+
+
+def _relabel(item: SharedObject | ObjectError, owner: str) -> SharedObject | ObjectError:
+    """A recorded object under its owner's current label (the distribution may have a new version)."""
+    if isinstance(item, ObjectError):
+        return ObjectError(owner, item.path, item.error)
+    return SharedObject(owner, item.path, item.info)
 
 
 def _roots(

@@ -79,6 +79,9 @@ def _compile(profile: Profile, uv: str, work: Path) -> str:
         "--output-file",
         "out.txt",
     ]
+    if profile.overrides:  # pins that beat what a dependency declares, each with its reason in the profile
+        (work / "overrides.txt").write_text("".join(f"{o.spec}\n" for o in profile.overrides))
+        cmd += ["--override", "overrides.txt"]
     for url in profile.sources.extra_index_urls:
         cmd += ["--extra-index-url", url]
     for link in profile.sources.find_links:

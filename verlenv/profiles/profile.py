@@ -43,12 +43,15 @@ PROFILE_FIELDS = {
     "base": Field(str, required=True),
     "snapshot": Field(str, required=True),
     "snapshot_why": Field(str, required=True),
+    "engine": Field(str, required=True),
     "components": Field(dict, required=True),
     "requirements": Field(list, required=True, item=dict),
     "layers": Field(dict, required=True),
     "sources": Field(dict),
     "waivers": Field(list, item=dict),
+    "overrides": Field(list, item=dict),
 }
+ENGINES = ("vllm", "sglang", "none")  # the rollout engine an image is for
 WAIVER_FIELDS = {"object": Field(str, required=True), "why": Field(str, required=True)}
 REQUIREMENT_FIELDS = {"spec": Field(str, required=True), "why": Field(str, required=True)}
 LAYER_FIELDS = {name: Field(list, item=str) for name in DECLARED_LAYERS}
@@ -71,6 +74,18 @@ class PinnedRequirement:
     @property
     def name(self) -> str:
         return canonicalize_name(self.requirement.name)
+
+
+@dataclass(frozen=True)
+class Override:
+    """A pin that beats what a dependency declares (uv --override), and why it must."""
+
+    spec: str
+    why: str
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(Requirement(self.spec).name)
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,8 @@ class Profile:
     layers: tuple[tuple[str, tuple[str, ...]], ...]
     sources: Sources
     waivers: tuple[tuple[str, str], ...] = ()  # (glob over a shared object's path, reason) for verify
+    engine: str = "none"
+    overrides: tuple[Override, ...] = ()
 
     @property
     def is_cpu(self) -> bool:
@@ -121,7 +138,9 @@ class Profile:
 
     def lock_inputs(self) -> dict[str, Any]:
         """Everything the resolver sees; the lock is stale when the hash of this changes."""
+        overrides = {"overrides": [o.spec for o in self.overrides]} if self.overrides else {}
         return {
+            **overrides,
             "schema_version": SCHEMA_VERSION,
             "python": self.python,
             "platform": self.platform,
@@ -203,6 +222,8 @@ def parse_profile(path: Path, bases: dict[str, Base]) -> Profile:
         layers=_parse_layers(data["layers"], path),
         sources=_parse_sources(data.get("sources", {}), path),
         waivers=_parse_waivers(data.get("waivers", []), path),
+        engine=_check_engine(data["engine"], components, path),
+        overrides=_parse_overrides(data.get("overrides", []), path),
     )
 
 
@@ -322,6 +343,31 @@ def _parse_sources(table: dict[str, Any], path: Path) -> Sources:
         find_links=tuple(table.get("find_links", ())),
         extra_index_urls=tuple(table.get("extra_index_urls", ())),
     )
+
+
+def _check_engine(value: str, components: tuple[tuple[str, str], ...], path: Path) -> str:
+    if value not in ENGINES:
+        raise ConfigError(
+            f"{path}: 'engine' is '{value}'; expected one of {', '.join(ENGINES)}", hint=did_you_mean(value, ENGINES)
+        )
+    if value != "none" and value not in dict(components):
+        raise ConfigError(f"{path}: 'engine' is '{value}' but 'components' names no {value} version")
+    return value
+
+
+def _parse_overrides(items: list[dict[str, Any]], path: Path) -> tuple[Override, ...]:
+    overrides = []
+    for index, table in enumerate(items):
+        where = f"overrides[{index}]"
+        check_table(table, REQUIREMENT_FIELDS, path, where)
+        try:
+            Requirement(table["spec"])
+        except InvalidRequirement as exc:
+            raise ConfigError(f"{path}: '{where}.spec' is not a valid requirement: {exc}") from None
+        if not table["why"].strip():
+            raise ConfigError(f"{path}: '{where}.why' is empty; an override must say why it beats the declared pin")
+        overrides.append(Override(table["spec"], table["why"]))
+    return tuple(overrides)
 
 
 def _parse_waivers(items: list[dict[str, Any]], path: Path) -> tuple[tuple[str, str], ...]:

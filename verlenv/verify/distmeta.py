@@ -76,3 +76,19 @@ def exact_pin(requires: Iterable[str], name: str = "torch") -> str:
         if canonicalize_name(req.name) == name and len(exact) == 1 and req.marker is None:
             return exact[0]
     return ""
+
+
+def extra_pin(requires: Iterable[str], extra: str, name: str) -> str:
+    """The version ``name==X`` that a distribution's [extra] pins (verl's [sglang] -> sglang==0.5.12), or ''."""
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != name or req.marker is None:
+            continue
+        if req.marker.evaluate({"extra": extra}) and not req.marker.evaluate({"extra": ""}):
+            exact = [s.version for s in req.specifier if s.operator == "=="]
+            if len(exact) == 1:
+                return exact[0]
+    return ""

@@ -81,6 +81,24 @@ def check_requirements(
     return violations
 
 
+def split_overridden(
+    violations: list[MetaViolation], overrides: Mapping[str, str]
+) -> tuple[list[MetaViolation], list[tuple[MetaViolation, str]]]:
+    """(violations, (violation, why) of those a profile override answers): an override is the profile
+    saying "this declared pin is wrong for this stack", so the violation it causes is reported, not failed."""
+    real, overridden = [], []
+    for violation in violations:
+        try:
+            name = canonicalize_name(Requirement(violation.requirement).name)
+        except InvalidRequirement:
+            name = ""
+        if name in overrides:
+            overridden.append((violation, overrides[name]))
+        else:
+            real.append(violation)
+    return real, overridden
+
+
 def _requirements(meta: DistMeta, violations: list[MetaViolation]) -> list[Requirement]:
     parsed = []
     for text in meta.requires_dist:

@@ -54,25 +54,33 @@ def read_object(owner: str, path: str, stream: IO[bytes]) -> SharedObject | Obje
     return SharedObject(owner, path, info)
 
 
-def scan_site_packages(root: Path, tops: Collection[str] | None = None) -> Iterator[SharedObject | ObjectError]:
-    """Every shared object below an installed site-packages directory, symlinks never followed out.
-
-    ``tops`` limits the walk to those top-level entries (the packages a venv reuses from another site).
-    """
+def find_shared_objects(root: Path, tops: Collection[str] | None = None) -> Iterator[tuple[str, str]]:
+    """(path relative to root, full path) of every shared object below an installed site-packages
+    directory, sorted, symlinks never followed out. ``tops`` limits the walk to those top-level
+    entries (the packages a venv reuses from another site)."""
     root = root.resolve()
+    top = str(root)
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not (Path(dirpath) / d).is_symlink())
-        if tops is not None and dirpath == str(root):
+        dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))  # noqa: PTH114, PTH118
+        if tops is not None and dirpath == top:
             dirnames[:] = [d for d in dirnames if d in tops]
             filenames = [f for f in filenames if f in tops]
-        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        rel_dir = dirpath[len(top) + 1 :]
         for filename in sorted(filenames):
-            rel = f"{rel_dir}/{filename}".lstrip("./") if rel_dir != "." else filename
-            full = Path(dirpath) / filename
-            if not is_shared_object(filename) or full.is_symlink():
-                continue
-            try:
-                with full.open("rb") as stream:
-                    yield read_object(rel.split("/", 1)[0], rel, stream)
-            except OSError as exc:
-                yield ObjectError(rel.split("/", 1)[0], rel, f"unreadable: {exc.strerror}")
+            full = os.path.join(dirpath, filename)  # noqa: PTH118
+            if is_shared_object(filename) and not os.path.islink(full):  # noqa: PTH114
+                yield (f"{rel_dir}/{filename}" if rel_dir else filename), full
+
+
+def read_file(owner: str, rel: str, full: str) -> SharedObject | ObjectError:
+    try:
+        with open(full, "rb") as stream:  # noqa: PTH123
+            return read_object(owner, rel, stream)
+    except OSError as exc:
+        return ObjectError(owner, rel, f"unreadable: {exc.strerror}")
+
+
+def scan_site_packages(root: Path, tops: Collection[str] | None = None) -> Iterator[SharedObject | ObjectError]:
+    """Every shared object below an installed site-packages directory, read (see find_shared_objects)."""
+    for rel, full in find_shared_objects(root, tops):
+        yield read_file(rel.split("/", 1)[0], rel, full)

@@ -6,25 +6,26 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from verlenv import atomic
-from verlenv.errors import CheckFailed
+from verlenv.errors import CheckFailed, ConfigError
 from verlenv.lock.lockfile import Lock, read_lock
 from verlenv.lock.resolve import require_fresh
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile, load_profile
 from verlenv.verify.abi import ObjectVerdict, TorchFacts, apply_waivers, check_objects, torch_facts
 from verlenv.verify.distmeta import DistMeta, exact_pin, read_meta
-from verlenv.verify.metadata import MetaViolation, check_engine_gate, check_requirements
+from verlenv.verify.metadata import MetaViolation, check_engine_gate, check_requirements, split_overridden
 from verlenv.verify.objscan import ObjectError
 from verlenv.verify.wheelscan import scan_wheel
 from verlenv.wheels.cache import Cache, sha256_of
-from verlenv.wheels.wheelhouse import Wheelhouse, fill
+from verlenv.wheels.wheelhouse import Wheelhouse, fetch_release, fill, target_tags
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -43,6 +44,7 @@ class VerifyReport:
     objects: tuple[ObjectVerdict, ...]
     errors: tuple[ObjectError, ...]
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    overridden: tuple[tuple[MetaViolation, str], ...] = ()  # violations the profile's overrides answer
 
     @property
     def ok(self) -> bool:
@@ -67,9 +69,14 @@ class VerifyReport:
                     {"dist": v.dist, "requirement": v.requirement, "problem": v.problem} for v in self.metadata
                 ],
             },
+            **({"overridden": [_overridden_json(v, why) for v, why in self.overridden]} if self.overridden else {}),
             "extensions": [_verdict_json(v) for v in self.objects],
             "unreadable": [{"owner": e.owner, "path": e.path, "error": e.error} for e in self.errors],
         }
+
+
+def _overridden_json(violation: MetaViolation, why: str) -> dict[str, str]:
+    return {"dist": violation.dist, "requirement": violation.requirement, "problem": violation.problem, "why": why}
 
 
 def _verdict_json(verdict: ObjectVerdict) -> dict[str, Any]:
@@ -89,16 +96,40 @@ def _verdict_json(verdict: ObjectVerdict) -> dict[str, Any]:
 
 
 def verify_profile(
-    paths: ProjectPaths, name: str, cache: Cache, *, offline: bool = False, quiet: bool = False, jobs: int = 8
+    paths: ProjectPaths,
+    name: str,
+    cache: Cache,
+    *,
+    offline: bool = False,
+    quiet: bool = False,
+    jobs: int = 8,
+    tries: tuple[str, ...] = (),
 ) -> VerifyReport:
+    """Verify the profile's locked wheel set; ``tries`` ("name==version") swap a locked distribution for
+    another release first, to ask what the check would say (the report is then not the lock's)."""
     profile = load_profile(paths, name)
     require_fresh(paths, name, f"lock for {name}")
     lock = read_lock(paths.lock(name))
     timings: dict[str, float] = {}
     started = time.monotonic()
     house = fill(profile, lock, cache, offline=offline, jobs=jobs, quiet=quiet)
+    if tries:
+        house = _swapped(profile, house, tries, cache)
     timings["wheelhouse"] = time.monotonic() - started
     return verify_wheelhouse(profile, lock, house, cache, timings)
+
+
+def _swapped(profile: Profile, house: Wheelhouse, tries: tuple[str, ...], cache: Cache) -> Wheelhouse:
+    files = {f.name: f for f in house.files}
+    for text in tries:
+        requirement = Requirement(text)
+        pins = [s.version for s in requirement.specifier if s.operator == "=="]
+        if len(pins) != 1:
+            raise ConfigError(f"--try {text}: give one exact release, as NAME==VERSION")
+        name = canonicalize_name(requirement.name)
+        tags = target_tags(profile.python, profile.platform)
+        files[name] = fetch_release(name, pins[0], cache, tags)
+    return replace(house, files=tuple(files.values()))
 
 
 def verify_wheelhouse(
@@ -111,6 +142,7 @@ def verify_wheelhouse(
         metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform
     )
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
+    violations, overridden = split_overridden(violations, {o.name: o.why for o in profile.overrides})
     timings["metadata"] = time.monotonic() - started
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -137,6 +169,7 @@ def verify_wheelhouse(
         distributions=len(house.files),
         sdist_only=tuple(sorted(f.name for f in house.files if not f.is_wheel)),
         metadata=tuple(dict.fromkeys(violations)),
+        overridden=tuple(dict.fromkeys(overridden)),
         objects=tuple(verdicts),
         errors=tuple(e for s in scans for e in s.errors),
         timings=timings,
@@ -183,6 +216,8 @@ def render(report: VerifyReport, verbose: bool = False) -> str:
         lines += [f"  - {v.render()}" for v in report.metadata]
     else:
         lines.append("metadata: OK (every Requires-Dist satisfied by the lock; verl's vLLM gate respected)")
+    for violation, why in report.overridden:
+        lines.append(f"  overridden by the profile: {violation.render()} - {why}")
     lines += _render_elf(report, verbose)
     for error in report.errors:
         lines.append(f"  FAIL  {error.owner}  {error.path}: {error.error}")

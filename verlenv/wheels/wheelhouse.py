@@ -279,15 +279,32 @@ def _pip_download(dist: LockedDist, cache: Cache, python: str) -> HouseFile:
 
 def fetch_wheel(name: str, version: str, cache: Cache) -> Path:
     """One pure-Python wheel by name and version, through the cache (hash from the index, checked)."""
+    return fetch_release(name, version, cache, tags=None).path
+
+
+def fetch_release(name: str, version: str, cache: Cache, tags: list[Tag] | None) -> HouseFile:
+    """The best file of ``name`` ``version`` for ``tags`` (None: a pure-Python wheel), through the cache;
+    its sha256 comes from the index and is checked on arrival. For what-if checks outside the lock."""
     from packaging.utils import canonicalize_name
 
-    candidates = [f for f in project_files(default_index_url(), name) if f.filename.endswith("-none-any.whl")]
-    wanted = [f for f in candidates if parse_wheel_filename(f.filename)[1] == Version(version)]
-    if not wanted:
-        raise ResolutionError(f"no pure-Python wheel of {name} {version} on the index")
-    item = wanted[0]
-    cached = cache.cached_file(item.sha256)
+    files = [f for f in project_files(default_index_url(), name) if _version_of(f.filename) == Version(version)]
+    if tags is None:
+        files = [f for f in files if f.filename.endswith("-none-any.whl")]
+        tags = target_tags("3.11", "x86_64-manylinux_2_17")
+    dist = LockedDist(canonicalize_name(name), version, tuple(f.sha256 for f in files))
+    choice = choose(dist, files, tags)
+    if choice is None:
+        raise ResolutionError(f"no file of {name} {version} on the index fits the target", hint="check the version")
+    cached = cache.cached_file(choice.sha256)
     if cached is not None:
-        return cached
-    dist = LockedDist(canonicalize_name(name), version, (item.sha256,))
-    return _download(item, dist, cache, Progress(1, item.size, quiet=True)).path
+        return HouseFile(dist.name, version, cached.name, choice.sha256, cached)
+    return _download(choice, dist, cache, Progress(1, choice.size, quiet=True))
+
+
+def _version_of(filename: str) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+        return parse_sdist_filename(filename)[1]
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None

@@ -77,17 +77,7 @@ def _key_findings(schema: VerlSchema, setting: Setting) -> list[Finding]:
     found, _, depth = _lookup(schema.tree, setting.path)
     dotted = ".".join(setting.path)
     if found:
-        if setting.op == "+":
-            return [
-                Finding(
-                    "error",
-                    setting.location,
-                    dotted,
-                    f"'{dotted}' already exists in verl's config; Hydra refuses '+' for an existing key",
-                    f"write {dotted}=... (or ++{dotted}=...)",
-                )
-            ]
-        return []
+        return _operator_findings(setting, dotted, exists=depth == len(setting.path))
     if setting.op == "yaml-branch" and depth < len(setting.path) - 1:
         return []  # reported at its own level
     bad = setting.path[depth]
@@ -121,6 +111,18 @@ def _key_findings(schema: VerlSchema, setting: Setting) -> list[Finding]:
             fix,
         )
     ]
+
+
+def _operator_findings(setting: Setting, dotted: str, exists: bool) -> list[Finding]:
+    """A key verl's config has must be set plainly; a new key under a free-form map (engine_kwargs.sglang,
+    override_config) must be added with '+': Hydra's struct mode refuses the other way round."""
+    if exists and setting.op == "+":
+        message = f"'{dotted}' already exists in verl's config; Hydra refuses '+' for an existing key"
+        return [Finding("error", setting.location, dotted, message, f"write {dotted}=... (or ++{dotted}=...)")]
+    if not exists and setting.op == "":
+        message = f"'{dotted}' is a new key under a free-form map; Hydra refuses to override a key that is not there"
+        return [Finding("error", setting.location, dotted, message, f"write +{dotted}=...")]
+    return []
 
 
 def _children(tree: Any, path: tuple[str, ...]) -> list[str]:

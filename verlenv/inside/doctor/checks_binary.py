@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
+from verlenv.inside import elfcache
 from verlenv.inside.doctor.model import Facts, Result, Status
-from verlenv.verify.abi import ObjectVerdict, variant_key
+from verlenv.verify.abi import ObjectVerdict, apply_waivers, variant_key
 from verlenv.verify.basefacts import rootfs_facts
 
 _NO_DRIVER = re.compile(r"libcuda\.so|libnvidia-ml|no CUDA-capable device|CUDA driver|found no NVIDIA driver", re.I)
@@ -17,11 +18,18 @@ def check_elf(facts: Facts) -> Result:
     if "torch" not in facts.dists:
         return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
     system = rootfs_facts(facts.root)
-    report = check_site(facts.site, system, facts.lent)
+    remembered = elfcache.load(facts.manifest_file) if facts.manifest_file else None
+    report = check_site(facts.site, system, facts.lent, remembered)
+    if facts.write_elf_cache and facts.manifest_file and report.items:
+        elfcache.save(
+            facts.manifest_file, report.keys, system, report.items, report.torch, report.verdicts, report.errors
+        )
     if report.torch is None:
         return Result(Status.SKIP, "torch is not installed: nothing links libtorch")
-    bad = [v for v in report.verdicts if not v.ok]
-    optional = host_library_variants(report.verdicts)
+    verdicts = tuple(apply_waivers(list(report.verdicts), facts.manifest.waivers.items() if facts.manifest else ()))
+    bad = [v for v in verdicts if not v.ok]
+    optional = host_library_variants(verdicts)
+    scan = f"{report.read} shared object(s) read, {report.remembered} unchanged since the recorded scan"
     hard = [v for v in bad if v not in optional]
     details = [
         f"{v.owner} {v.path}: {f.kind}: {f.message}" + (f" e.g. {f.examples[0]}" if f.examples else "")
@@ -29,6 +37,7 @@ def check_elf(facts: Facts) -> Result:
         for f in v.findings
     ]
     details += [f"{e.owner} {e.path}: {e.error}" for e in report.errors]
+    details.append(scan)
     if hard or report.errors:
         fix = next((f.fix for v in hard for f in v.findings), "reinstall the package that owns the unreadable file")
         return Result(
@@ -48,10 +57,15 @@ def check_elf(facts: Facts) -> Result:
             fix="install one of the library versions its builds are made for (FFmpeg 4-8 for torchcodec: "
             "apt-get install ffmpeg), or leave it if you never use it",
         )
+    waived = [
+        f"waived by the profile: {v.owner} {v.path}: {v.excused}" for v in verdicts if v.excused.startswith("waived")
+    ]
     return Result(
         Status.OK,
         f"{len(report.verdicts)} extension(s) match torch {report.torch.version} "
-        f"({report.torch.abi} ABI, glibc {system.glibc})",
+        f"({report.torch.abi} ABI, glibc {system.glibc})"
+        + (f"; {len(waived)} waived by the profile" if waived else ""),
+        (*waived, scan),
     )
 
 

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from verlenv.inside.doctor.model import Facts, Result, Status
 from verlenv.profiles.knowledge import KNOWN_BAD_VLLM, verl_vllm_gate
-from verlenv.verify.distmeta import exact_pin
+from verlenv.verify.distmeta import exact_pin, extra_pin
 
 
 def check_python(facts: Facts) -> Result:
@@ -74,7 +74,8 @@ def check_requirements(facts: Facts) -> Result:
     dists = facts.installed
     env = default_environment()
     omitted = facts.manifest.omitted if facts.manifest else {}
-    problems, left_out = [], []
+    overrides = facts.manifest.overrides if facts.manifest else {}
+    problems, left_out, overridden = [], [], []
     for name, dist in sorted(dists.items()):
         for text in dist.requires:
             try:
@@ -88,7 +89,12 @@ def check_requirements(facts: Facts) -> Result:
                 left_out.append(f"{name} {dist.version} requires {req}, left out of this environment on purpose")
             elif dep is None:
                 problems.append(f"{name} {dist.version} requires {req}, which is not installed")
-            elif not req.specifier.contains(dep.version, prereleases=True):
+            elif req.specifier.contains(dep.version, prereleases=True):
+                continue
+            elif canonicalize_name(req.name) in overrides:
+                why = overrides[canonicalize_name(req.name)]
+                overridden.append(f"{name} {dist.version} requires {req}, {dep.version} is installed: {why}")
+            else:
                 problems.append(f"{name} {dist.version} requires {req}, but {dep.version} is installed")
     if problems:
         return Result(
@@ -97,12 +103,17 @@ def check_requirements(facts: Facts) -> Result:
             tuple(problems),
             fix="reinstall the listed packages at the versions they require (or rebuild the image)",
         )
-    if left_out:
+    if left_out or overridden:
+        parts = [f"{len(left_out)} requirement(s) on {len(omitted)} distribution(s) omitted when this venv was made"]
+        parts = (parts if left_out else []) + (
+            [f"{len(overridden)} pin(s) overridden by the profile"] if overridden else []
+        )
         return Result(
             Status.WARN,
-            f"{len(left_out)} requirement(s) on {len(omitted)} distribution(s) omitted when this venv was made",
-            tuple(left_out),
-            fix="code paths that import them fail here; make the venv without --omit to have them",
+            "; ".join(parts),
+            tuple(left_out + overridden),
+            fix="what an omitted package serves fails here (make the venv without --omit to have it); "
+            "an override is the profile's documented choice (see its [[overrides]])",
         )
     return Result(Status.OK, f"all requirements of {len(dists)} distributions are met")
 
@@ -145,10 +156,13 @@ def _version_file(facts: Facts, package: str) -> str:
     return ""
 
 
+ENGINES = ("vllm", "sglang")  # rollout engines that pin torch== exactly and ship compiled code for it
+
+
 def check_version_illusion(facts: Facts) -> Result:
-    """vLLM's torch pin vs installed torch, and what the files say vs what the metadata says."""
+    """Each engine's torch pin vs installed torch, and what the files say vs what the metadata says."""
     dists = facts.installed
-    torch, vllm = dists.get("torch"), dists.get("vllm")
+    torch = dists.get("torch")
     if torch is None:
         return Result(Status.FAIL, "torch is not installed", fix="install the profile's torch")
     details, problems = [], []
@@ -156,24 +170,60 @@ def check_version_illusion(facts: Facts) -> Result:
     details.append(f"torch: dist-info {torch.version}, torch/version.py {torch_file or '?'}")
     if torch_file and _base(torch_file) != _base(str(torch.version)):
         problems.append(f"torch's files say {torch_file} but its metadata says {torch.version} (half-upgraded?)")
-    if vllm is not None:
-        vllm_file = _version_file(facts, "vllm")
-        details.append(f"vllm: dist-info {vllm.version}, vllm/_version.py {vllm_file or '?'}")
-        if vllm_file and _base(vllm_file) != _base(str(vllm.version)):
-            problems.append(f"vllm's files say {vllm_file} but its metadata says {vllm.version}")
-        pin = exact_pin(vllm.requires)
+    engines = [(name, dists[name]) for name in ENGINES if name in dists]
+    for name, engine in engines:
+        engine_file = _version_file(facts, name)
+        details.append(f"{name}: dist-info {engine.version}, {name}/version file {engine_file or '?'}")
+        if engine_file and _base(engine_file) != _base(str(engine.version)):
+            problems.append(f"{name}'s files say {engine_file} but its metadata says {engine.version}")
+        pin = exact_pin(engine.requires)
         if pin and _base(pin) != _base(str(torch.version)):
-            problems.append(f"vllm {vllm.version} was built for torch {pin}; torch {torch.version} is installed")
+            problems.append(f"{name} {engine.version} was built for torch {pin}; torch {torch.version} is installed")
     if problems:
         return Result(
             Status.FAIL,
             problems[0],
             tuple(details + problems[1:]),
-            fix="reinstall vLLM and torch together at the versions the lock pins (vLLM's torch== pin)",
+            fix="reinstall the engine and torch together at the versions the lock pins (the engine's torch== pin)",
         )
-    return Result(
-        Status.OK, f"torch {torch.version}" + (f", vllm {vllm.version} built for it" if vllm else ""), tuple(details)
-    )
+    built = "".join(f", {name} {engine.version} built for it" for name, engine in engines)
+    return Result(Status.OK, f"torch {torch.version}{built}", tuple(details))
+
+
+def check_sglang_pin(facts: Facts) -> Result:
+    """SGLang vs the version the installed verl's [sglang] extra pins (read from verl's own metadata)."""
+    sglang, verl = facts.installed.get("sglang"), facts.installed.get("verl")
+    if sglang is None:
+        return Result(Status.SKIP, "SGLang is not installed")
+    if verl is None:
+        return Result(Status.OK, f"SGLang {sglang.version} (verl is not installed)")
+    wanted = extra_pin(verl.requires, "sglang", "sglang")
+    if not wanted:
+        return Result(Status.WARN, f"verl {verl.version} declares no [sglang] pin; SGLang {sglang.version} is untested")
+    if _base(wanted) != _base(sglang.version):
+        return Result(
+            Status.FAIL,
+            f"verl {verl.version}'s [sglang] extra pins sglang=={wanted}; SGLang {sglang.version} is installed",
+            fix=f"install sglang=={wanted} (a profile of verl {verl.version} with SGLang), or the verl that pins "
+            f"{sglang.version}",
+        )
+    return Result(Status.OK, f"SGLang {sglang.version} is the one verl {verl.version}'s [sglang] extra pins")
+
+
+def check_engines(facts: Facts) -> Result:
+    """Both engines in one environment: fine only if they were built for the same torch."""
+    present = {name: facts.installed[name] for name in ENGINES if name in facts.installed}
+    if len(present) < 2:
+        return Result(Status.SKIP, f"one rollout engine here ({', '.join(present) or 'none'})")
+    pins = {name: exact_pin(dist.requires) for name, dist in present.items()}
+    text = ", ".join(f"{n} {d.version} (torch=={pins[n] or '?'})" for n, d in present.items())
+    if len({_base(p) for p in pins.values() if p}) > 1:
+        return Result(
+            Status.WARN,
+            f"vLLM and SGLang want different torch versions: {text}; at most one of them can match",
+            fix="keep one engine per environment (one profile per engine), or versions built for the same torch",
+        )
+    return Result(Status.OK, f"both engines, built for the same torch: {text}")
 
 
 def _base(version: str) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 import sysconfig
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from verlenv.image.manifest import Manifest, load_manifest
+from verlenv.image.manifest import Manifest, load_manifest, manifest_path
 from verlenv.inside.installed import Installed, with_lent
 
 
@@ -49,16 +50,32 @@ class Facts:
         root: Path = Path("/"),
         probe_timeout: float = 60.0,
         config: list[str] | None = None,
+        start_probe: bool = False,
+        write_elf_cache: bool = False,
     ) -> None:
         self.site = site or Path(sysconfig.get_paths()["purelib"])
         self.config = config or []  # a verl YAML and/or overrides, from --config
         self._manifest_file = manifest_file
+        self.write_elf_cache = write_elf_cache  # record the ELF scan beside the manifest (build, venv)
         self.root = root
         self.probe_timeout = probe_timeout
+        self._probe_lock = threading.Lock()
+        self._probe: dict[str, object] | None = None
+        self._probe_proc = None
+        if start_probe:  # the slowest fact: start it before any check runs
+            from verlenv.inside.doctor.probe import start_probe as start
+
+            self._probe_proc = start()
 
     @cached_property
     def manifest(self) -> Manifest | None:
         return load_manifest(self._manifest_file)
+
+    @cached_property
+    def manifest_file(self) -> Path | None:
+        """The manifest's path when there is one: records of this environment live beside it."""
+        path = self._manifest_file or manifest_path()
+        return path if path.is_file() else None
 
     @cached_property
     def lent(self) -> dict[str, Path]:
@@ -74,11 +91,16 @@ class Facts:
     def dists(self) -> dict[str, str]:
         return {name: dist.version for name, dist in self.installed.items()}
 
-    @cached_property
+    @property
     def probe(self) -> dict[str, object]:
-        from verlenv.inside.doctor.probe import run_probe
+        """The import probe's findings; several checks ask for it at once, it runs once."""
+        with self._probe_lock:
+            if self._probe is None:
+                from verlenv.inside.doctor.probe import finish_probe, start_probe
 
-        return run_probe(self.probe_timeout)
+                proc, self._probe_proc = self._probe_proc or start_probe(), None
+                self._probe = finish_probe(proc, self.probe_timeout)
+            return self._probe
 
 
 @dataclass(frozen=True)
@@ -87,3 +109,4 @@ class Check:
     title: str
     run: Callable[[Facts], Result] = field(repr=False)
     static: bool = True  # runs at build time (no GPU, no runtime-only facts such as /dev/shm)
+    uses_probe: bool = False  # needs the import probe (a subprocess that imports torch)

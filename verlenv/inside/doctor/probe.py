@@ -19,7 +19,10 @@ EXTENSIONS = (
     "vllm.vllm_flash_attn._vllm_fa2_C",
     "vllm.vllm_flash_attn._vllm_fa3_C",
     "flash_attn_2_cuda",
+    "sglang",
     "sgl_kernel",
+    "deep_gemm",
+    "torch_memory_saver",
     "flashinfer",
     "xformers._C",
 )
@@ -94,15 +97,26 @@ print("\n@@PROBE@@" + json.dumps(out))
 """
 
 
-def run_probe(timeout: float) -> dict[str, object]:
+def start_probe() -> subprocess.Popen[str]:
+    """Start the probe now; it imports torch on another core while the other checks run here."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, *EXTENSIONS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish_probe(proc: subprocess.Popen[str], timeout: float) -> dict[str, object]:
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, *EXTENSIONS], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {"error": f"the import probe did not finish within {timeout:.0f}s"}
-    marker = proc.stdout.rfind("@@PROBE@@")
+    marker = stdout.rfind("@@PROBE@@")
     if marker < 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        tail = (stderr or stdout).strip().splitlines()[-5:]
         return {"error": f"the import probe died (exit {proc.returncode}): " + " | ".join(tail)}
-    return json.loads(proc.stdout[marker + len("@@PROBE@@") :])
+    return json.loads(stdout[marker + len("@@PROBE@@") :])
+
+
+def run_probe(timeout: float) -> dict[str, object]:
+    return finish_probe(start_probe(), timeout)
