@@ -11,15 +11,22 @@
 #   benchmarks/h200_stack.sh reps N        N more clean vLLM-rollout runs (other seeds)
 #   benchmarks/h200_stack.sh verl          verl's own trainer (main_ppo: FSDP, vLLM rollout) on the tiny model
 #   benchmarks/h200_stack.sh clean         verlenv clean over the installed tree
+#   benchmarks/h200_stack.sh sglang-install   the SGLang bundle ($SGL_STASH) into $SGL_VENV, reusing the vLLM venv
+#   benchmarks/h200_stack.sh sglang-doctor    verlenv doctor in $SGL_VENV
+#   benchmarks/h200_stack.sh sglang-accept TAG [--engine-arg K=V ...] [accept options]
+#                                             SGLang-rollout acceptance, report accept-sglang-TAG.json
 set -uo pipefail
 STASH=${STASH:-/root/stash}
 VENV=${VENV:-/root/venv}
+SGL_STASH=${SGL_STASH:-/root/stash-sgl}
+SGL_VENV=${SGL_VENV:-/root/sgl-venv}
 OUT=${OUT:-/tmp/verlenv-out}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # verlenv from this checkout (newer than the wheel in the bundle), the stack from the venv.
 verlenv() { PYTHONPATH="$HERE" "$VENV/bin/python" -m verlenv "$@"; }
+sgl_verlenv() { PYTHONPATH="$HERE" "$SGL_VENV/bin/python" -m verlenv "$@"; }
 stamp() { echo "# $(date -u +%FT%TZ) $*" | tee -a "$OUT/commands.txt"; }
 
 case "${1:-}" in
@@ -28,6 +35,24 @@ stash)
     cp "$2"/bundle.tar.* "$STASH/parts/" 2>/dev/null
     cp "$2"/bundle.json "$2"/install.py "$STASH/" 2>/dev/null
     ls "$STASH/parts" | wc -l
+    ;;
+sglang-install)
+    stamp "python3 $SGL_STASH/install.py $SGL_VENV --reuse-from $VENV/bin/python"
+    ( time python3 "$SGL_STASH/install.py" "$SGL_VENV" --reuse-from "$VENV/bin/python" ) >"$OUT/sglang-install.log" 2>&1
+    echo "sglang install exit $?"; tail -8 "$OUT/sglang-install.log"
+    ;;
+sglang-doctor)
+    stamp "(sgl-venv) verlenv doctor -v; verlenv doctor --json"
+    ( time sgl_verlenv doctor -v ) >"$OUT/sglang-doctor.txt" 2>&1; echo "doctor exit $?"
+    sgl_verlenv doctor --json >"$OUT/sglang-doctor.json" 2>"$OUT/sglang-doctor.err"
+    cat "$OUT/sglang-doctor.txt"
+    ;;
+sglang-accept)
+    tag=$2
+    stamp "(sgl-venv) verlenv accept --backend sglang --device cuda ${*:3}"
+    sgl_verlenv accept --backend sglang --device cuda --report "$OUT/accept-sglang-$tag.json" "${@:3}" \
+        >"$OUT/accept-sglang-$tag.log" 2>&1
+    echo "sglang accept exit $?"; tail -40 "$OUT/accept-sglang-$tag.log"
     ;;
 facts)
     stamp facts

@@ -120,6 +120,16 @@ def test_bundle_parts_are_capped_hashed_and_reproducible(bundle: Path, tmp_path:
     assert json.loads((again / "bundle.json").read_text())["parts"] == parts  # same inputs, same bytes
 
 
+def test_leaving_out_what_the_installer_runs_on_is_refused_and_nothing_is_written(
+    project_copy: ProjectPaths, tmp_path: Path
+) -> None:
+    out = tmp_path / "b"
+    proc = verlenv("bundle", "--profile", PROFILE, "--python", "3.11", str(out), "--exclude", "pack*", "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "would leave out packaging" in proc.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
 def test_install_checks_every_part_and_a_tampered_one_installs_nothing(bundle: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(bundle, damaged)

@@ -277,3 +277,29 @@ def test_backend_choice_prefers_the_asked_engine_and_falls_back_to_hf_on_cpu() -
 
     assert engine_of(AcceptConfig(backend="sglang", device="cuda")) == "sglang"
     assert engine_of(AcceptConfig(backend="auto", device="cpu")) == "hf"
+
+
+def test_engine_args_reach_the_engine_constructor_over_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from verlenv.commands.accept import engine_args
+
+    seen: dict = {}
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=lambda **kw: seen.update(kw)))
+    pairs = engine_args(["attention_backend=triton", "mem_fraction_static=0.3", "disable_cuda_graph=false"])
+    config = AcceptConfig(backend="sglang", device="cuda", engine_args=pairs)
+    from verlenv.accept.loop import make_backend
+
+    make_backend(config, Path("/m"), tokenizer=None)
+    assert seen["attention_backend"] == "triton" and seen["mem_fraction_static"] == 0.3
+    assert seen["disable_cuda_graph"] is False and seen["skip_tokenizer_init"] is True
+    assert seen["model_path"] == "/m"
+
+
+def test_a_malformed_engine_arg_is_a_usage_error() -> None:
+    from verlenv.commands.accept import engine_args
+    from verlenv.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--engine-arg 'gpu memory'"):
+        engine_args(["gpu memory"])

@@ -39,6 +39,7 @@ class AcceptConfig:
     prefer_verl: bool = True
     world_size: int = 1  # data-parallel ranks (verlenv.accept.dp sets rank and process group)
     rank: int = 0
+    engine_args: tuple[tuple[str, Any], ...] = ()  # passed to vLLM's LLM or sglang.Engine, over our defaults
 
 
 @dataclass
@@ -136,9 +137,9 @@ def engine_of(config: AcceptConfig) -> str:
 def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]
     engine = engine_of(config)
     if engine == "vllm":
-        return VLLMRollout(model_dir, tokenizer)
+        return VLLMRollout(model_dir, tokenizer, engine_args=dict(config.engine_args))
     if engine == "sglang":
-        return SGLangRollout(model_dir, tokenizer)
+        return SGLangRollout(model_dir, tokenizer, engine_args=dict(config.engine_args))
     return HFRollout(model_dir, tokenizer, config.device)
 
 

@@ -88,11 +88,11 @@ class VLLMRollout:
         tokenizer,
         llm=None,
         sampling_params=None,  # type: ignore[no-untyped-def]
-        gpu_memory_utilization: float = 0.2,
+        engine_args: dict | None = None,  # type: ignore[type-arg]
     ) -> None:
         self.tokenizer = tokenizer
         if llm is None:
-            llm, sampling_params = _engine(model_dir, gpu_memory_utilization)
+            llm, sampling_params = _engine(model_dir, engine_args or {})
         self.llm, self.sampling_params = llm, sampling_params
         self.can_sleep = hasattr(llm, "sleep") and hasattr(llm, "wake_up")
 
@@ -135,24 +135,24 @@ class VLLMRollout:
             self.llm.wake_up()
 
 
-def _engine(model_dir: Path, gpu_memory_utilization: float):  # type: ignore[no-untyped-def]
+def _engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyped-def, type-arg]
     # In-process engine core: apply_model then calls our function on the model directly (with the
     # engine-core subprocess it would have to be pickled, tensors and all).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
 
-    llm = LLM(
-        model=str(model_dir),
-        tokenizer=str(model_dir),
-        dtype="bfloat16",  # as verl rolls out: bf16 engine, fp32 trainer; the trainer recomputes log-probs
-        enforce_eager=True,
-        gpu_memory_utilization=gpu_memory_utilization,
-        enable_sleep_mode=True,
-        enable_prefix_caching=False,
-        max_model_len=64,
-        seed=0,
-    )
-    return llm, SamplingParams
+    args = {
+        "model": str(model_dir),
+        "tokenizer": str(model_dir),
+        "dtype": "bfloat16",  # as verl rolls out: bf16 engine, fp32 trainer; the trainer recomputes log-probs
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.2,
+        "enable_sleep_mode": True,
+        "enable_prefix_caching": False,
+        "max_model_len": 64,
+        "seed": 0,
+    }
+    return LLM(**(args | engine_args)), SamplingParams
 
 
 class SGLangRollout:
@@ -165,9 +165,9 @@ class SGLangRollout:
 
     name = "sglang"
 
-    def __init__(self, model_dir: Path, tokenizer, engine=None, mem_fraction: float = 0.2) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, model_dir: Path, tokenizer, engine=None, engine_args: dict | None = None) -> None:  # type: ignore[no-untyped-def, type-arg]
         self.tokenizer = tokenizer
-        self.engine = engine if engine is not None else _sglang_engine(model_dir, mem_fraction)
+        self.engine = engine if engine is not None else _sglang_engine(model_dir, engine_args or {})
 
     def generate(self, prompts: list[Prompt], max_new_tokens: int, seed: int) -> list[Rollout]:
         ids = [self.tokenizer(p.text)["input_ids"] for p in prompts]
@@ -199,18 +199,23 @@ class SGLangRollout:
         self.engine.resume_memory_occupation()
 
 
-def _sglang_engine(model_dir: Path, mem_fraction: float):  # type: ignore[no-untyped-def]
+def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyped-def, type-arg]
     import sglang
 
-    return sglang.Engine(
-        model_path=str(model_dir),
-        dtype="bfloat16",
-        mem_fraction_static=mem_fraction,
-        enable_memory_saver=True,  # what release/resume_memory_occupation need (torch_memory_saver)
-        disable_cuda_graph=True,
-        random_seed=0,
-        log_level="error",
-    )
+    args = {
+        "model_path": str(model_dir),
+        "dtype": "bfloat16",
+        "mem_fraction_static": 0.2,
+        "enable_memory_saver": True,  # what release/resume_memory_occupation need (torch_memory_saver)
+        "disable_cuda_graph": True,
+        "skip_tokenizer_init": True,  # ids in, ids out: our tokenizer encodes and decodes, as for vLLM
+        # flashinfer's sampling kernels compile at first use unless its prebuilt cubins are installed;
+        # torch's sampling gives the same distribution and needs no compiler on the host.
+        "sampling_backend": "pytorch",
+        "random_seed": 0,
+        "log_level": "error",
+    }
+    return sglang.Engine(**(args | engine_args))
 
 
 def sglang_usable() -> bool:

@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from verlenv import atomic
-from verlenv.errors import CheckFailed
+from verlenv.errors import CheckFailed, ConfigError
 
 NAME = "accept"
 HELP = (
@@ -28,6 +29,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "hf", "vllm", "sglang"),
         default="auto",
         help="rollout engine: on a GPU vLLM, else SGLang, when it imports; hf otherwise (default auto)",
+    )
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pass KEY=VALUE to the rollout engine's constructor (vLLM's LLM, sglang.Engine) over verlenv's "
+        'defaults; VALUE is read as JSON when it parses (0.3, true, "fa3"), else as a string (repeatable)',
     )
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters; check the base stays frozen")
     parser.add_argument(
@@ -83,6 +92,7 @@ def execute(args: argparse.Namespace) -> int:
         inject_leak_mib=args.inject_leak_mib,
         seed=args.seed,
         prefer_verl=not args.no_verl,
+        engine_args=engine_args(args.engine_arg),
     )
 
     def progress(record) -> None:  # type: ignore[no-untyped-def]
@@ -104,6 +114,20 @@ def execute(args: argparse.Namespace) -> int:
     if args.plot and not plot(report, str(args.plot)):
         print("accept: matplotlib is not installed; no plot written", file=sys.stderr)
     return _finish(report, args)
+
+
+def engine_args(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    parsed = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--engine-arg {pair!r}: expected KEY=VALUE with KEY a keyword argument name")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        parsed.append((key, value))
+    return tuple(parsed)
 
 
 def _verl_trainer(args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ def make_bundle(
     profile, lock, verify_sha = require_verified(paths, name, f"refusing to bundle {name}")
     excluded = {d.name: d.version for d in lock.dists if matches(d.name, exclude)}
     omitted = {d.name: d.version for d in lock.dists if matches(d.name, omit) and d.name not in excluded}
+    _keep_bootstrap(excluded.keys() | omitted.keys())
     kept = replace(lock, dists=tuple(d for d in lock.dists if d.name not in excluded | omitted.keys()))
     _say(
         f"{name}: {len(kept.dists)} wheels for Python {python}, {len(excluded)} left to the target, "
@@ -114,6 +115,18 @@ def make_bundle(
     size = sum(p["size"] for p in parts)
     _say(f"{out}: {len(files)} wheels, {size / MIB:.0f} MiB in {len(parts)} part(s) of <= {part_mib} MiB", quiet)
     return Bundle(out, python, len(files), size, tuple(parts), excluded, omitted)
+
+
+def _keep_bootstrap(left_out: set[str]) -> None:
+    # install.py runs verlenv from the bundle's own wheels before any venv exists, so the wheels
+    # verlenv itself imports must travel even when the target already has them.
+    needed = sorted(left_out & set(bundle_install.BOOTSTRAP))
+    if needed:
+        raise ConfigError(
+            f"--exclude/--omit would leave out {', '.join(needed)}: install.py runs verlenv from the bundle's "
+            "own wheels of " + ", ".join(bundle_install.BOOTSTRAP[1:]),
+            hint="narrow the patterns so that these stay in the bundle; nothing was written",
+        )
 
 
 def _check_metadata(
