@@ -33,7 +33,7 @@ from pathlib import Path
 pins = lambda name: dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", (Path(sys.argv[1]) / f"{name}.lock").read_text(), re.M))
 vllm, sglang = pins(sys.argv[2]), pins(sys.argv[3])
 omitted = json.loads(Path(sys.argv[4]).read_text())["omitted"]
-keep = {"packaging", "pyelftools"}  # install.py runs verlenv from these wheels: they always travel
+keep = {"packaging", "pyelftools", "pip"}  # install.py runs verlenv and pip from these wheels
 print("\n".join(n for n, v in sglang.items() if vllm.get(n) == v and n not in omitted and n not in keep))
 PY
 )

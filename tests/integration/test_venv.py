@@ -59,6 +59,25 @@ def test_venv_installs_the_lock_and_doctor_checks_it_like_an_image(reusing_venv:
     assert checks["import-probe"]["status"] == "ok", checks["import-probe"]
 
 
+def test_a_venv_lent_by_a_venv_that_was_itself_lent_links_the_real_files(reusing_venv: Path, tmp_path: Path) -> None:
+    # the H200's SGLang venv reused the vLLM venv, whose torch was itself lent: the links pointed at
+    # links, and doctor's ELF check found no libtorch behind them (25 false failures)
+    target = tmp_path / "second"
+    proc = verlenv(
+        "venv", "--profile", PROFILE, str(target), "--reuse-from", str(reusing_venv / "bin" / "python"),
+        "--reuse", "*", "--json", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    reused = json.loads(proc.stdout)["venv"]["reused"]
+    import torch
+
+    assert reused["torch"]["site"] == str(Path(torch.__file__).resolve().parent.parent)
+    assert reused["six"]["site"] == str(next((reusing_venv / "lib").glob("python3*/site-packages")))
+    checks = doctor(target)
+    assert checks["elf-abi"]["status"] == "ok", checks["elf-abi"]
+    assert checks["stale-artifacts"]["status"] == "ok", checks["stale-artifacts"]
+
+
 def test_drift_after_a_change_in_place_is_caught(reusing_venv: Path, tmp_path: Path) -> None:
     site = next((reusing_venv / "lib").glob("python3*/site-packages"))
     six = next(site.glob("six-*.dist-info"))

@@ -265,7 +265,7 @@ def test_sglang_backend_against_sglangs_engine_interface(tmp_path: Path) -> None
     backend.sleep()
     ids, params = engine.requests[0]
     assert ids[0] == tokenizer(prompts[0].text)["input_ids"]
-    assert len({p["sampling_seed"] for p in params}) == 3 and params[0]["min_new_tokens"] == 4
+    assert len({p["sampling_seed"] for p in params}) == 3 and params[0]["ignore_eos"] is True
     assert [r.id for r in out] == [p.id for p in prompts] and out[0].response_ids == (5, 6)
     assert out[0].response_text == tokenizer.decode([5, 6])
     assert engine.calls == ["resume", "generate:3:4", "update-weights", "release"]

@@ -77,6 +77,19 @@ def test_pth_shadowing_an_installed_package(tmp_path: Path, venv: Venv) -> None:
     assert _kinds(venv.site)["shadowing-pth"] == {"dev-enginepkg.pth"}
 
 
+def test_a_shared_data_folder_on_a_pth_path_shadows_nothing(tmp_path: Path, venv: Venv) -> None:
+    # seen on the H200: a venv reusing another's packages puts their 'include' folder (headers) on
+    # a .pth path while a wheel installed here ships an 'include' too; no import changes
+    venv.pip(str(_pkg(tmp_path, "2.0", {"enginepkg/__init__.py": b"v = 2", "include/engine.h": b"//"})))
+    lent = tmp_path / "lent"
+    (lent / "include").mkdir(parents=True)
+    (lent / "include" / "other.h").write_text("//")
+    (venv.site / "verlenv-reused.pth").write_text(f"{lent}\n")
+    assert "shadowing-pth" not in _kinds(venv.site)
+    (lent / "include" / "__init__.py").write_text("")  # now it is a package, and it does shadow
+    assert _kinds(venv.site)["shadowing-pth"] == {"verlenv-reused.pth"}
+
+
 def test_orphan_bytecode(tmp_path: Path, venv: Venv) -> None:
     venv.pip(str(_pkg(tmp_path, "2.0", {"enginepkg/__init__.py": b"v = 2"})))
     cache = venv.site / "enginepkg" / "__pycache__"

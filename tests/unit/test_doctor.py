@@ -164,8 +164,9 @@ def test_secrets_and_gpu_uuids_are_redacted(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_secret_names_are_listed_never_their_values(healthy: Venv) -> None:
-    _code, checks = _doctor(healthy, env={"WANDB_API_KEY": "abcd1234secret"})
+    _code, checks = _doctor(healthy, env={"WANDB_API_KEY": "abcd1234secret", "TIKTOKEN_CACHE_DIR": "/tmp/tk"})
     assert checks["secrets"]["status"] == "warn" and "WANDB_API_KEY" in checks["secrets"]["summary"]
+    assert "1 secret-like" in checks["secrets"]["summary"]  # a *_DIR is where things live, not a secret
     assert "abcd1234secret" not in json.dumps(checks)
 
 
@@ -319,3 +320,23 @@ def test_two_engines_wanting_different_torches_are_a_warning(tmp_path: Path, hea
     _, checks = _doctor(healthy)
     assert checks["engines"]["status"] == "warn" and "different torch versions" in checks["engines"]["summary"]
     assert checks["torch-pin"]["status"] == "fail"  # vLLM 0.9.1 was built for torch 2.7.0
+
+
+def test_the_probe_reads_the_driver_api_from_libcuda_even_when_cuda_is_unusable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch 2.11 has no torch._C._cuda_getDriverVersion (seen on the H200: "runs CUDA <= ?");
+    # the probe asks libcuda itself. A libcuda.so.1 compiled here stands in for the driver.
+    import subprocess as sp
+
+    from verlenv.inside.doctor.checks_runtime import check_driver
+    from verlenv.inside.doctor.probe import run_probe
+
+    source = tmp_path / "cuda.c"
+    source.write_text("int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n")
+    sp.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(source)], check=True)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    probe = run_probe(120)
+    assert probe["torch"]["driver"] == 12040  # type: ignore[index]
+    result = check_driver(_probed(probe["torch"]))  # type: ignore[arg-type]
+    assert "runs CUDA <= 12.4" in result.summary

@@ -168,6 +168,8 @@ class SGLangRollout:
     def __init__(self, model_dir: Path, tokenizer, engine=None, engine_args: dict | None = None) -> None:  # type: ignore[no-untyped-def, type-arg]
         self.tokenizer = tokenizer
         self.engine = engine if engine is not None else _sglang_engine(model_dir, engine_args or {})
+        self.released = False  # SGLang refuses to resume what it did not release (KeyError 'kv_cache')
+        self.pending: list = []  # type: ignore[type-arg]
 
     def generate(self, prompts: list[Prompt], max_new_tokens: int, seed: int) -> list[Rollout]:
         ids = [self.tokenizer(p.text)["input_ids"] for p in prompts]
@@ -177,7 +179,9 @@ class SGLangRollout:
                 "top_p": 1.0,
                 "top_k": -1,
                 "max_new_tokens": max_new_tokens,
-                "min_new_tokens": max_new_tokens,
+                # fixed length as min_tokens gives vLLM; SGLang's min_new_tokens needs its tokenizer,
+                # which skip_tokenizer_init leaves out (AttributeError in the scheduler, seen on the H200)
+                "ignore_eos": True,
                 "sampling_seed": seed * 100_003 + index,  # one seed per request, as for vLLM
             }
             for index in range(len(prompts))
@@ -190,13 +194,28 @@ class SGLangRollout:
         return rollouts
 
     def sync_weights(self, state: dict) -> None:  # type: ignore[type-arg]
-        self.engine.update_weights_from_tensor(list(state.items()), flush_cache=True)
+        # Released weights come back as undefined memory, so verl pushes them after resuming the
+        # weights and before resuming the KV cache; so do we. Awake, they go in at once.
+        self.pending = list(state.items())
+        if not self.released:
+            self._push()
+
+    def _push(self) -> None:
+        result = self.engine.update_weights_from_tensor(self.pending, flush_cache=True)
+        if isinstance(result, tuple) and not result[0]:
+            raise RuntimeError(f"SGLang refused the weight update: {result[1]}")
 
     def sleep(self) -> None:
         self.engine.release_memory_occupation()
+        self.released = True
 
     def wake(self) -> None:
-        self.engine.resume_memory_occupation()
+        if not self.released:
+            return
+        self.engine.resume_memory_occupation(tags=["weights"])
+        self._push()
+        self.engine.resume_memory_occupation(tags=["kv_cache", "cuda_graph"])
+        self.released = False
 
 
 def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyped-def, type-arg]

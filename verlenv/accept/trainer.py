@@ -74,13 +74,17 @@ class TrainerRun:
 
 
 def reward_source() -> str:
-    """verl's custom reward function for the suite's task: the share of response words in TARGET."""
+    """verl's custom reward function for the suite's task: how many TARGET words the response holds.
+
+    Substrings, not whitespace-split words: a byte-level BPE response of an untrained model rarely
+    has spaces where words end, and a word-split reward stayed 0.0 for every response (seen on the
+    H200), which leaves GRPO no signal at all.
+    """
     words = sorted(TARGET)
     return (
-        f"TARGET = frozenset({words!r})\n\n\n"
+        f"TARGET = {words!r}\n\n\n"
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    words = solution_str.split()\n"
-        "    return sum(w in TARGET for w in words) / len(words) if words else 0.0\n"
+        "    return min(1.0, sum(solution_str.count(w) for w in TARGET) / 3)\n"
     )
 
 

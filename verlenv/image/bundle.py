@@ -118,13 +118,13 @@ def make_bundle(
 
 
 def _keep_bootstrap(left_out: set[str]) -> None:
-    # install.py runs verlenv from the bundle's own wheels before any venv exists, so the wheels
-    # verlenv itself imports must travel even when the target already has them.
-    needed = sorted(left_out & set(bundle_install.BOOTSTRAP))
+    # install.py runs verlenv from the bundle's own wheels before any venv exists, and the venv
+    # installs with the bundle's pip: these travel even when the target already has them.
+    needed = sorted(left_out & {*bundle_install.BOOTSTRAP, "pip"})
     if needed:
         raise ConfigError(
             f"--exclude/--omit would leave out {', '.join(needed)}: install.py runs verlenv from the bundle's "
-            "own wheels of " + ", ".join(bundle_install.BOOTSTRAP[1:]),
+            "own wheels of " + ", ".join(bundle_install.BOOTSTRAP[1:]) + " and installs with its pip",
             hint="narrow the patterns so that these stay in the bundle; nothing was written",
         )
 

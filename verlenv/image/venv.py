@@ -48,7 +48,7 @@ REUSED_PTH = "verlenv-reused.pth"
 # Run by the interpreter that lends packages: every distribution it sees, with its site-packages and
 # the top-level entries its RECORD puts there (standard library only: it may be any Python >= 3.8).
 _LIST_DISTRIBUTIONS = r"""
-import json, sys, importlib.metadata as md
+import json, os, sys, importlib.metadata as md
 found = []
 for dist in md.distributions():
     path = getattr(dist, "_path", None)
@@ -57,7 +57,9 @@ for dist in md.distributions():
     tops = {str(f).split("/")[0] for f in (dist.files or []) if not str(f).startswith("..")}
     tops.discard("__pycache__")
     tops.add(path.name)
-    found.append({"name": dist.metadata["Name"], "version": dist.version, "site": str(path.parent),
+    # the real site: a venv that lends what it was itself lent holds only links (VENV/reused)
+    site = os.path.dirname(os.path.realpath(path))
+    found.append({"name": dist.metadata["Name"], "version": dist.version, "site": site,
                   "tops": sorted(tops)})
 print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "dists": found}))
 """
@@ -199,7 +201,8 @@ def _lent(plan: EnvPlan, reuse: Reuse, quiet: bool) -> tuple[Lent, ...]:
     there: dict[str, dict[str, Any]] = {}
     for dist in dists:  # the first on its sys.path wins, as at import
         there.setdefault(canonicalize_name(dist["name"]), dist)
-    wanted = [n for n in plan.locked if matches(n, reuse.patterns) or n in reuse.required]
+    # pip installs the venv, so the venv has its own: never lent, even by a pattern like '*'
+    wanted = [n for n in plan.locked if n != "pip" and (matches(n, reuse.patterns) or n in reuse.required)]
     lent, wrong = [], []
     for name in sorted(wanted):
         found = there.get(name)

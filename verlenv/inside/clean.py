@@ -219,9 +219,17 @@ def _shadowed(line: str, tops: set[str], names: set[str]) -> str:
     folder = Path(line)
     if folder.is_dir():
         for top in tops:
-            if (folder / top).is_dir() or (folder / f"{top}.py").exists():
+            if _importable(folder / top) or (folder / f"{top}.py").exists():
                 return top
     return ""
+
+
+def _importable(folder: Path) -> bool:
+    # A data folder two wheels share (an 'include' of headers, seen in a venv that reuses another's
+    # packages) shadows no import; a package, or a namespace holding modules, does.
+    if not folder.is_dir():
+        return False
+    return any(p.suffix in (".py", ".so") or (p / "__init__.py").exists() for p in folder.iterdir())
 
 
 def _foreign_cache(tool: str, root: Path, versions: dict[str, str]) -> Iterator[Stale]:

@@ -10,6 +10,8 @@ from verlenv.inside.doctor.model import Facts, Result, Status
 
 MIN_SHM = 1 << 30  # Docker's default is 64 MiB; NCCL and Ray need far more
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+# where a secret-sounding thing lives, not the thing: TIKTOKEN_CACHE_DIR was listed on the H200
+LOCATION_NAME = re.compile(r"_(DIR|PATH|HOME)$", re.I)
 
 # (variable, predicate on its value, status, message, fix): field-notes §3 #7, #8 and vLLM docs.
 ENV_TRAPS = (
@@ -159,7 +161,7 @@ def check_env(facts: Facts) -> Result:
 
 
 def check_secrets(facts: Facts) -> Result:
-    names = sorted(n for n in os.environ if SECRET_NAME.search(n))
+    names = sorted(n for n in os.environ if SECRET_NAME.search(n) and not LOCATION_NAME.search(n))
     if not names:
         return Result(Status.OK, "no secret-like variables in the environment")
     return Result(

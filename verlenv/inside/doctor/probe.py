@@ -52,11 +52,19 @@ def dlopen_error(name):
             except OSError as exc:
                 return f"dlopen {os.path.basename(path)}: {exc}"
     return ""
+def driver_api_version():
+    # cuDriverGetVersion straight from libcuda: torch 2.11 has no _cuda_getDriverVersion (seen on the H200)
+    import ctypes
+    try:
+        v = ctypes.c_int()
+        return v.value if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0 else None
+    except (OSError, AttributeError):
+        return None
 try:
     import torch
     t = {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
          "arch_list": torch.cuda.get_arch_list() if hasattr(torch.cuda, "get_arch_list") else [],
-         "cuda_available": False, "devices": [], "nccl": None}
+         "cuda_available": False, "devices": [], "nccl": None, "driver": driver_api_version()}
     try:
         t["cuda_available"] = bool(torch.cuda.is_available())
         if t["cuda_available"]:
@@ -64,7 +72,6 @@ try:
                 p = torch.cuda.get_device_properties(i)
                 t["devices"].append({"name": p.name, "capability": list(torch.cuda.get_device_capability(i)),
                                      "memory_gib": round(p.total_memory / 2**30, 1)})
-            t["driver"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
             try:  # the kernel driver's own version, from NVML (no /proc/driver/nvidia in some VMs)
                 import pynvml
                 pynvml.nvmlInit()
