@@ -250,8 +250,8 @@ class FakeSGLangEngine:
     def release_memory_occupation(self) -> None:
         self.calls.append("release")
 
-    def resume_memory_occupation(self) -> None:
-        self.calls.append("resume")
+    def resume_memory_occupation(self, tags=None) -> None:  # type: ignore[no-untyped-def]
+        self.calls.append(f"resume:{','.join(tags or ['all'])}")
 
 
 def test_sglang_backend_against_sglangs_engine_interface(tmp_path: Path) -> None:
@@ -268,7 +268,13 @@ def test_sglang_backend_against_sglangs_engine_interface(tmp_path: Path) -> None
     assert len({p["sampling_seed"] for p in params}) == 3 and params[0]["ignore_eos"] is True
     assert [r.id for r in out] == [p.id for p in prompts] and out[0].response_ids == (5, 6)
     assert out[0].response_text == tokenizer.decode([5, 6])
-    assert engine.calls == ["resume", "generate:3:4", "update-weights", "release"]
+    backend.wake()
+    # nothing to resume before the first release; then verl's order: released weights come back
+    # undefined, so they are resumed, pushed again, and only then the KV cache comes back
+    assert engine.calls == [
+        "generate:3:4", "update-weights", "release",
+        "resume:weights", "update-weights", "resume:kv_cache,cuda_graph",
+    ]  # fmt: skip
     assert torch.equal(engine.loaded["lm_head.weight"], torch.ones(2))
 
 
@@ -303,3 +309,29 @@ def test_a_malformed_engine_arg_is_a_usage_error() -> None:
 
     with pytest.raises(ConfigError, match="--engine-arg 'gpu memory'"):
         engine_args(["gpu memory"])
+
+
+def test_defaults_an_older_sglang_does_not_know_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+    import sys
+    import types
+
+    @dataclasses.dataclass
+    class ServerArgs:  # sglang 0.5.5 knows no disable_piecewise_cuda_graph
+        model_path: str = ""
+        dtype: str = "auto"
+        skip_tokenizer_init: bool = False
+
+    seen: dict = {}
+    srt = types.ModuleType("sglang.srt")
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.ServerArgs = ServerArgs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=lambda **kw: seen.update(kw)))
+    monkeypatch.setitem(sys.modules, "sglang.srt", srt)
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    from verlenv.accept.loop import make_backend
+
+    pairs = (("attention_backend", "triton"),)  # the user's own key goes through as given
+    make_backend(AcceptConfig(backend="sglang", device="cuda", engine_args=pairs), Path("/m"), tokenizer=None)
+    assert "disable_piecewise_cuda_graph" not in seen and seen["skip_tokenizer_init"] is True
+    assert seen["attention_backend"] == "triton" and seen["model_path"] == "/m"

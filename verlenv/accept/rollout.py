@@ -227,6 +227,9 @@ def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyp
         "mem_fraction_static": 0.2,
         "enable_memory_saver": True,  # what release/resume_memory_occupation need (torch_memory_saver)
         "disable_cuda_graph": True,
+        # 0.5.12 captures piecewise graphs even without CUDA graphs; the capture died in cublasGemmEx
+        # (CUBLAS_STATUS_EXECUTION_FAILED) on the H200, and SGLang's own message says to turn it off
+        "disable_piecewise_cuda_graph": True,
         "skip_tokenizer_init": True,  # ids in, ids out: our tokenizer encodes and decodes, as for vLLM
         # flashinfer's sampling kernels compile at first use unless its prebuilt cubins are installed;
         # torch's sampling gives the same distribution and needs no compiler on the host.
@@ -234,7 +237,20 @@ def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyp
         "random_seed": 0,
         "log_level": "error",
     }
-    return sglang.Engine(**(args | engine_args))
+    return sglang.Engine(**(_supported(args) | engine_args))
+
+
+def _supported(defaults: dict) -> dict:  # type: ignore[type-arg]
+    """Our defaults that this SGLang knows (0.5.5 has no disable_piecewise_cuda_graph: it would be a
+    TypeError); what the user passes with --engine-arg goes through as given."""
+    try:
+        import dataclasses
+
+        from sglang.srt.server_args import ServerArgs
+    except ImportError:
+        return defaults
+    known = {f.name for f in dataclasses.fields(ServerArgs)}
+    return {k: v for k, v in defaults.items() if k in known or k == "model_path"}
 
 
 def sglang_usable() -> bool:

@@ -146,7 +146,7 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
         "seconds": round(run.seconds, 2),
         "config": asdict(config),
         "host": host_facts("cuda" if config.gpus else "cpu"),
-        "backend": "verl main_ppo (FSDP actor and critic, vLLM rollout)",
+        "backend": "verl main_ppo (GRPO, FSDP actor, vLLM rollout)",
         "algorithms": "verl",
         "verdicts": [asdict(v) for v in verdicts],
         "steps": [trainer.step_summary(s) for s in run.steps],
