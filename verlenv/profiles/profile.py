@@ -77,15 +77,8 @@ class PinnedRequirement:
 
 
 @dataclass(frozen=True)
-class Override:
+class Override(PinnedRequirement):
     """A pin that beats what a dependency declares (uv --override), and why it must."""
-
-    spec: str
-    why: str
-
-    @property
-    def name(self) -> str:
-        return canonicalize_name(Requirement(self.spec).name)
 
 
 @dataclass(frozen=True)
