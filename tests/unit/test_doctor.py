@@ -340,3 +340,35 @@ def test_the_probe_reads_the_driver_api_from_libcuda_even_when_cuda_is_unusable(
     assert probe["torch"]["driver"] == 12040  # type: ignore[index]
     result = check_driver(_probed(probe["torch"]))  # type: ignore[arg-type]
     assert "runs CUDA <= 12.4" in result.summary
+
+
+def test_deepgemm_without_a_cuda_toolkit_is_a_warning_with_its_own_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # seen building the SGLang image: DeepGEMM asserts CUDA_HOME at import (an empty AssertionError)
+    # and sgl_kernel needs libcuda; neither is a broken build, both are what this host lacks
+    from verlenv.inside.doctor import checks_binary
+
+    probe = {"deep_gemm": "AssertionError: ", "sgl_kernel": "ImportError: libcuda.so.1: cannot open shared object"}
+    facts = _probed({"version": "2.11.0"})
+    facts._probe["modules"] = probe  # type: ignore[index]
+    monkeypatch.setattr(checks_binary, "cuda_toolkit", lambda: "")
+    result = checks_binary.check_imports(facts)
+    assert result.status is Status.WARN, result
+    assert "deep_gemm needs a CUDA toolkit (CUDA_HOME)" in result.summary and "NVIDIA driver" in result.summary
+    assert "CUDA_HOME" in result.fix and "--gpus all" in result.fix
+    monkeypatch.setattr(checks_binary, "cuda_toolkit", lambda: "/usr/local/cuda")  # a toolkit, and it still fails
+    assert checks_binary.check_imports(facts).status is Status.FAIL
+
+
+def test_the_cuda_toolkit_is_found_as_deepgemm_looks_for_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from verlenv.inside.doctor.checks_binary import cuda_toolkit
+
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert cuda_toolkit() == str(tmp_path)
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(nvcc.parent))
+    assert cuda_toolkit() == str(tmp_path / "cuda")

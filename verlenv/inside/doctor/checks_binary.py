@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+from pathlib import Path
 
 from verlenv.inside import elfcache
 from verlenv.inside.doctor.model import Facts, Result, Status
@@ -10,6 +13,20 @@ from verlenv.verify.abi import ObjectVerdict, apply_waivers, variant_key
 from verlenv.verify.basefacts import rootfs_facts
 
 _NO_DRIVER = re.compile(r"libcuda\.so|libnvidia-ml|no CUDA-capable device|CUDA driver|found no NVIDIA driver", re.I)
+# Modules that JIT-compile with nvcc and refuse to import without a CUDA toolkit: DeepGEMM asserts
+# CUDA_HOME (or nvcc, or /usr/local/cuda) at import, with an empty AssertionError.
+_NEEDS_TOOLKIT = frozenset({"deep_gemm"})
+
+
+def cuda_toolkit() -> str:
+    """Where a CUDA toolkit is, as DeepGEMM looks for it; '' when there is none."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return home
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return str(Path(nvcc).resolve().parent.parent)
+    return "/usr/local/cuda" if Path("/usr/local/cuda").exists() else ""
 
 
 def check_elf(facts: Facts) -> Result:
@@ -99,7 +116,8 @@ def check_imports(facts: Facts) -> Result:
     failed = {m: e for m, e in modules.items() if e != "ok"}
     abi = {m: e for m, e in failed.items() if "undefined symbol" in e}
     driver = {m: e for m, e in failed.items() if m not in abi and _NO_DRIVER.search(e)}
-    other = {m: e for m, e in failed.items() if m not in abi and m not in driver}
+    toolkit = {m: e for m, e in failed.items() if m in _NEEDS_TOOLKIT and m not in abi | driver and not cuda_toolkit()}
+    other = {m: e for m, e in failed.items() if m not in abi and m not in driver and m not in toolkit}
     details = tuple(f"{m}: {e}" for m, e in sorted(failed.items()))
     if abi or other:
         kind = "undefined symbol (built against another torch)" if abi else "import error"
@@ -109,14 +127,30 @@ def check_imports(facts: Facts) -> Result:
             details,
             fix="reinstall the failing package built for the installed torch (see the ELF check)",
         )
-    if driver:
-        return Result(
-            Status.WARN,
-            f"{len(driver)} module(s) need the NVIDIA driver, which is not present here",
-            details,
-            fix="expected on a build host; on a GPU node run the container with --gpus all",
-        )
+    if driver or toolkit:
+        return Result(Status.WARN, _absent(driver, toolkit), details, fix=_absent_fix(driver, toolkit))
     return Result(Status.OK, f"torch {probe['torch']['version']} and {len(modules)} compiled module(s) import")  # type: ignore[index]
+
+
+def _absent(driver: dict[str, str], toolkit: dict[str, str]) -> str:
+    parts = []
+    if driver:
+        parts.append(f"{len(driver)} module(s) need the NVIDIA driver, which is not present here")
+    if toolkit:
+        parts.append(f"{', '.join(sorted(toolkit))} needs a CUDA toolkit (CUDA_HOME) to JIT-compile, and there is none")
+    return "; ".join(parts)
+
+
+def _absent_fix(driver: dict[str, str], toolkit: dict[str, str]) -> str:
+    fixes = []
+    if driver:
+        fixes.append("expected on a build host; on a GPU node run the container with --gpus all")
+    if toolkit:
+        fixes.append(
+            "point CUDA_HOME at a CUDA toolkit of the wheels' CUDA version (mount one, or add the nvidia-cuda-nvcc "
+            "wheel to the profile) where its kernels are used (SGLang's FP8 GEMMs)"
+        )
+    return "; ".join(fixes)
 
 
 def check_stale(facts: Facts) -> Result:
