@@ -72,6 +72,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from verlenv.inside.doctor.probe import start_early
+
+        start_early(argv)  # doctor's slowest fact, started before the parser imports the rest
         args = build_parser(argv).parse_args(argv)
         if not getattr(args, "_execute", None):
             build_parser().print_help(sys.stderr)

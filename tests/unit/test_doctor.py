@@ -372,3 +372,15 @@ def test_the_cuda_toolkit_is_found_as_deepgemm_looks_for_it(monkeypatch: pytest.
     nvcc.chmod(0o755)
     monkeypatch.setenv("PATH", str(nvcc.parent))
     assert cuda_toolkit() == str(tmp_path / "cuda")
+
+
+def test_the_probe_starts_before_the_parser_only_for_doctor_runs_that_use_it() -> None:
+    from verlenv.inside.doctor import probe
+
+    for argv in (["doctor", "--static"], ["doctor", "--skip", "import-probe"], ["clean"], ["doctor", "--list"]):
+        probe.start_early(argv)
+        assert not probe._early, argv
+    probe.start_early(["doctor", "--json"])
+    [early] = probe._early
+    assert probe.start_probe() is early and not probe._early  # taken once, by the run it was started for
+    assert "torch" in probe.finish_probe(early, 120)
