@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 
 from verlenv import __version__
-from verlenv.commands import COMMANDS, module_name
+from verlenv.commands import COMMANDS, before_parsing, module_name
 from verlenv.errors import ConfigError, InternalError, VerlenvError, as_missing_dependency, exit_code_table
 
 
@@ -72,9 +72,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from verlenv.inside.doctor.probe import start_early
-
-        start_early(argv)  # doctor's slowest fact, started before the parser imports the rest
+        before_parsing(argv)
         args = build_parser(argv).parse_args(argv)
         if not getattr(args, "_execute", None):
             build_parser().print_help(sys.stderr)
