@@ -12,7 +12,7 @@ from typing import Any
 
 from verlenv.accept import algos
 from verlenv.accept.memory import LeakInjector, MemorySampler
-from verlenv.accept.rollout import HFRollout, RolloutBackend, SGLangRollout, VLLMRollout, sglang_usable, vllm_usable
+from verlenv.accept.rollout import HFRollout, RolloutBackend, SGLangRollout, VLLMRollout, engine_usable
 from verlenv.accept.task import Rollout, make_prompts, reward
 from verlenv.accept.tiny import ENGINE_SPEC, TinySpec, load_tiny, make_tiny
 
@@ -127,11 +127,8 @@ def engine_of(config: AcceptConfig) -> str:
     """The rollout engine: the one asked for, else on a GPU vLLM or SGLang when it imports, else hf."""
     if config.backend != "auto":
         return config.backend
-    if config.device.startswith("cuda") and vllm_usable():
-        return "vllm"
-    if config.device.startswith("cuda") and sglang_usable():
-        return "sglang"
-    return "hf"
+    on_gpu = config.device.startswith("cuda")
+    return next((name for name in ("vllm", "sglang") if on_gpu and engine_usable(name)), "hf")
 
 
 def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]

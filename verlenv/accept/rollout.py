@@ -250,22 +250,17 @@ def _supported(defaults: dict) -> dict:  # type: ignore[type-arg]
     except ImportError:
         return defaults
     known = {f.name for f in dataclasses.fields(ServerArgs)}
-    return {k: v for k, v in defaults.items() if k in known or k == "model_path"}
+    return {k: v for k, v in defaults.items() if k in known}
 
 
-def sglang_usable() -> bool:
+def engine_usable(module: str) -> bool:
+    """The engine imports and a GPU is there; not installed, or broken, means falling back to hf."""
     try:
-        import sglang  # noqa: F401
+        import importlib
+
         import torch
+
+        importlib.import_module(module)
     except Exception:  # noqa: BLE001 - not installed, or broken: fall back
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def vllm_usable() -> bool:
-    try:
-        import torch
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001 - not installed, or broken: fall back to hf
         return False
     return bool(torch.cuda.is_available())

@@ -152,7 +152,7 @@ def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
 
 
 def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
-    """Hydra overrides for verl 0.9's main_ppo: PPO (GAE, critic), FSDP actor, vLLM rollout, one node."""
+    """Hydra overrides for verl 0.9's main_ppo: GRPO, FSDP actor, vLLM rollout, one node."""
     # GRPO: verl 0.9.1 loads its critic (a value-head model) with flash_attention_2 hard-coded, and
     # the [vllm] extra brings no flash-attn; GRPO needs no critic. Groups of 4 responses a prompt.
     prompts = max(config.gpus, config.batch // GROUP)

@@ -150,7 +150,7 @@ def _manifest(profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFi
         verlenv_version=__version__,
         # Wheels whose hash is not in the lock: built here from a locked sdist, or verlenv itself.
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
-        overrides={o.name: o.why for o in profile.overrides},
+        overrides=profile.override_reasons,
         waivers=dict(profile.waivers),
     )
 

@@ -102,7 +102,7 @@ def make_bundle(
             locked={d.name: d.version for d in lock.dists},
             layers={layer: [h.name for h in items] for layer, items in group_layers(profile, files).items()},
             omitted=omitted,
-            overrides={o.name: o.why for o in profile.overrides},
+            overrides=profile.override_reasons,
             waivers=dict(profile.waivers),
         )
         manifest = _manifest(plan, profile, files, parts, excluded, part_mib)
@@ -140,7 +140,7 @@ def _check_metadata(
         metas, [Requirement(r.spec) for r in profile.requirements], python, profile.platform
     )
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
-    violations, _ = split_overridden(violations, {o.name: o.why for o in profile.overrides})
+    violations, _ = split_overridden(violations, profile.override_reasons)
     if violations:
         raise CheckFailed(
             f"the lock of {profile.name} does not hold at Python {python}; nothing was written:\n  "

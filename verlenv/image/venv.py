@@ -135,7 +135,7 @@ def plan_from_profile(
         locked={d.name: d.version for d in lock.dists},
         layers={layer: [h.name for h in items] for layer, items in group_layers(profile, files).items()},
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
-        overrides={o.name: o.why for o in profile.overrides},
+        overrides=profile.override_reasons,
         waivers=dict(profile.waivers),
     )
 

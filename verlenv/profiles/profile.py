@@ -129,6 +129,11 @@ class Profile:
     def component(self, name: str) -> str | None:
         return dict(self.components).get(name)
 
+    @property
+    def override_reasons(self) -> dict[str, str]:
+        """Overridden distribution -> why, as manifests, bundles and verify reports carry it."""
+        return {o.name: o.why for o in self.overrides}
+
     def lock_inputs(self) -> dict[str, Any]:
         """Everything the resolver sees; the lock is stale when the hash of this changes."""
         overrides = {"overrides": [o.spec for o in self.overrides]} if self.overrides else {}
@@ -270,11 +275,7 @@ def _parse_requirements(items: list[dict[str, Any]], path: Path) -> tuple[Pinned
     parsed: list[PinnedRequirement] = []
     for index, table in enumerate(items):
         where = f"requirements[{index}]"
-        check_table(table, REQUIREMENT_FIELDS, path, where)
-        try:
-            requirement = Requirement(table["spec"])
-        except InvalidRequirement as exc:
-            raise ConfigError(f"{path}: '{where}.spec' is not a valid requirement: {exc}") from None
+        requirement = _parse_spec(table, path, where)
         if requirement.url:
             raise ConfigError(
                 f"{path}: '{where}.spec' points at a URL; locks must come from an index so every file is hashed"
@@ -284,6 +285,15 @@ def _parse_requirements(items: list[dict[str, Any]], path: Path) -> tuple[Pinned
         _check_satisfiable(requirement, path, where)
         parsed.append(PinnedRequirement(spec=table["spec"], why=table["why"]))
     return tuple(parsed)
+
+
+def _parse_spec(table: dict[str, Any], path: Path, where: str) -> Requirement:
+    """A {spec, why} table's fields checked and its spec parsed, or ConfigError naming the entry."""
+    check_table(table, REQUIREMENT_FIELDS, path, where)
+    try:
+        return Requirement(table["spec"])
+    except InvalidRequirement as exc:
+        raise ConfigError(f"{path}: '{where}.spec' is not a valid requirement: {exc}") from None
 
 
 def _check_satisfiable(requirement: Requirement, path: Path, where: str) -> None:
@@ -352,11 +362,7 @@ def _parse_overrides(items: list[dict[str, Any]], path: Path) -> tuple[Override,
     overrides = []
     for index, table in enumerate(items):
         where = f"overrides[{index}]"
-        check_table(table, REQUIREMENT_FIELDS, path, where)
-        try:
-            Requirement(table["spec"])
-        except InvalidRequirement as exc:
-            raise ConfigError(f"{path}: '{where}.spec' is not a valid requirement: {exc}") from None
+        _parse_spec(table, path, where)
         if not table["why"].strip():
             raise ConfigError(f"{path}: '{where}.why' is empty; an override must say why it beats the declared pin")
         overrides.append(Override(table["spec"], table["why"]))

@@ -254,7 +254,7 @@ def _missing_needed(obj: SharedObject, available: frozenset[str]) -> list[Findin
     ]
 
 
-def _version_key(text: str) -> tuple[int, ...]:
+def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
 
@@ -269,8 +269,8 @@ def _too_new(obj: SharedObject, base: BaseFacts) -> list[Finding]:
         ]
         if not wanted or not have:
             continue
-        newest = max(wanted, key=lambda v: _version_key(v[len(prefix) :]))
-        if _version_key(newest[len(prefix) :]) > _version_key(have):
+        newest = max(wanted, key=lambda v: version_key(v[len(prefix) :]))
+        if version_key(newest[len(prefix) :]) > version_key(have):
             findings.append(
                 Finding(
                     kind,

@@ -121,13 +121,13 @@ def verify_profile(
 
 def _swapped(profile: Profile, house: Wheelhouse, tries: tuple[str, ...], cache: Cache) -> Wheelhouse:
     files = {f.name: f for f in house.files}
+    tags = target_tags(profile.python, profile.platform)
     for text in tries:
         requirement = Requirement(text)
         pins = [s.version for s in requirement.specifier if s.operator == "=="]
         if len(pins) != 1:
             raise ConfigError(f"--try {text}: give one exact release, as NAME==VERSION")
         name = canonicalize_name(requirement.name)
-        tags = target_tags(profile.python, profile.platform)
         files[name] = fetch_release(name, pins[0], cache, tags)
     return replace(house, files=tuple(files.values()))
 
@@ -142,7 +142,7 @@ def verify_wheelhouse(
         metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform
     )
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
-    violations, overridden = split_overridden(violations, {o.name: o.why for o in profile.overrides})
+    violations, overridden = split_overridden(violations, profile.override_reasons)
     timings["metadata"] = time.monotonic() - started
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

@@ -105,9 +105,9 @@ def check_requirements(facts: Facts) -> Result:
         )
     if left_out or overridden:
         parts = [f"{len(left_out)} requirement(s) on {len(omitted)} distribution(s) omitted when this venv was made"]
-        parts = (parts if left_out else []) + (
-            [f"{len(overridden)} pin(s) overridden by the profile"] if overridden else []
-        )
+        parts = parts if left_out else []
+        if overridden:
+            parts.append(f"{len(overridden)} pin(s) overridden by the profile")
         return Result(
             Status.WARN,
             "; ".join(parts),

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from verlenv.inside.doctor.model import Facts, Result, Status
+from verlenv.verify.abi import version_key
 
 MIN_SHM = 1 << 30  # Docker's default is 64 MiB; NCCL and Ray need far more
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
@@ -79,7 +80,7 @@ def check_driver(facts: Facts) -> Result:
         err = str(torch["cuda_error"])
         status = Status.FAIL if "too old" in err.lower() else Status.WARN
         return Result(status, summary, (err,), fix="upgrade the driver, or use a profile built for an older CUDA")
-    if supports and wanted != "?" and _key(supports) < _key(wanted):
+    if supports and wanted != "?" and version_key(supports) < version_key(wanted):
         return Result(
             Status.FAIL,
             summary + "; the driver is too old for these wheels",
@@ -91,12 +92,8 @@ def check_driver(facts: Facts) -> Result:
 
 
 def _cuda_of(driver_api: object) -> str:
-    """torch._C._cuda_getDriverVersion() (13000) as a CUDA version ('13.0')."""
+    """libcuda's cuDriverGetVersion (13000) as a CUDA version ('13.0')."""
     return f"{driver_api // 1000}.{driver_api % 1000 // 10}" if isinstance(driver_api, int) and driver_api > 0 else ""
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def check_gpu_arch(facts: Facts) -> Result:
