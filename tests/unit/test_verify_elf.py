@@ -211,3 +211,34 @@ def test_try_a_release_built_for_another_torch_fails_naming_the_symbols(tmp_path
     assert "FAIL  fakeext 2.0  fakeext/_C.so" in out and "c10::Error::Error(c10::SourceLocation, std::string)" in out
     assert "abi-mismatch" in out
     assert not (project.paths.lockfiles / "fake.verify.json").exists()  # a what-if never writes the report
+
+
+def test_try_another_torch_names_the_torch_it_checked(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # `verify --profile verl0.6.1-vllm0.11.0-torch2.8.0-cu128 --try torch==2.9.0` read 2.9.0's libraries but
+    # said "torch 2.8.0" and "rebuild vllm against torch 2.8.0": the words must follow the torch that was read.
+    import zipfile
+
+    from tests.helpers.localindex import serve
+
+    torch, ext = build_pair(tmp_path / "good", Variant())  # fakeext 1.0 pins torch==2.6.0
+    newer, _ = build_pair(tmp_path / "newer", Variant(torch_has_mul=False))  # a torch that dropped at::mul
+    index = tmp_path / "index"
+    index.mkdir()
+    with zipfile.ZipFile(newer) as source:
+        members = {n: source.read(n) for n in source.namelist() if not n.startswith("torch-2.6.0.dist-info")}
+    build_wheel(index, "torch", "2.7.0", members)
+    project = make_project(tmp_path / "project", [torch, ext])
+    monkeypatch.setenv("VERLENV_ROOT", str(project.paths.root))
+    with serve(index) as (url, _):
+        monkeypatch.setenv("VERLENV_INDEX_URL", url)
+        code = main(["verify", "--profile", "fake", "--cache", str(project.cache.root), "-q", "--try", "torch==2.7.0"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "elf: torch 2.7.0 (cxx11 ABI; in place of the lock's 2.6.0)" in out
+    assert "1 symbol(s) not exported by torch 2.7.0's libraries" in out and "at::mul(int, int)" in out
+    assert (
+        "fix: fakeext 1.0 was built for torch 2.6.0 (its Requires-Dist pins torch==2.6.0) and torch 2.7.0 lacks "
+        "these symbols: keep the lock's torch 2.6.0, or take a fakeext built for torch 2.7.0"
+    ) in out
+    assert "fakeext requires torch==2.6.0: torch 2.7.0 is checked in place of the lock's 2.6.0" in out
+    assert "torch 2.6.0's libraries" not in out and "rebuild fakeext" not in out

@@ -76,9 +76,10 @@ class ObjectVerdict:
 
 @dataclass(frozen=True)
 class TorchFacts:
-    version: str
+    version: str  # the torch whose libraries were read: the one every verdict speaks of
     abi: str
     exported: frozenset[str]
+    locked: str = ""  # the lock's torch, when another release is checked in its place (verify --try)
 
 
 def string_abi(symbols: Iterable[str]) -> str:
@@ -99,12 +100,16 @@ def string_abi(symbols: Iterable[str]) -> str:
     return "mixed" if new and old else "unknown"
 
 
-def torch_facts(version: str, objects: Iterable[SharedObject]) -> TorchFacts:
+def torch_facts(version: str, objects: Iterable[SharedObject], locked: str = "") -> TorchFacts:
+    """``version`` is the torch whose libraries are among ``objects``; ``locked`` the lock's, when it differs."""
     libs = [o for o in objects if o.is_torch_lib]
     exported = frozenset().union(*(o.info.exported for o in libs)) if libs else frozenset()
     c10 = [o for o in libs if o.name.startswith("libc10.so")]
     return TorchFacts(
-        version=version, abi=string_abi(next(iter(c10)).info.exported) if c10 else "unknown", exported=exported
+        version=version,
+        abi=string_abi(next(iter(c10)).info.exported) if c10 else "unknown",
+        exported=exported,
+        locked=locked if locked != version else "",
     )
 
 
@@ -205,24 +210,28 @@ def _missing_symbols(
     if not missing:
         return []
     examples = tuple(demangle(s) for s in missing[:MAX_EXAMPLES])
-    dist = obj.owner
-    if pin and pin != torch.version:
-        fix = (
-            f"{dist} was built against torch {pin} (it pins torch=={pin}); the lock has {torch.version}: "
-            f"lock torch=={pin}, or a {dist.split()[0]} built for torch {torch.version}"
-        )
-    else:
-        fix = f"rebuild {dist.split()[0]} against torch {torch.version}, or pick the release built for it"
     return [
         Finding(
             "missing-symbols",
             f"{len(missing)} symbol(s) not exported by torch {torch.version}'s libraries "
             f"({', '.join(obj.torch_needs)})",
-            fix,
+            _missing_fix(obj.owner, torch, pin),
             examples,
             len(missing),
         )
     ]
+
+
+def _missing_fix(dist: str, torch: TorchFacts, pin: str) -> str:
+    name = dist.split()[0]
+    if not pin or pin == torch.version:
+        return f"rebuild {name} against torch {torch.version}, or pick the release built for it"
+    # The pin says which torch the binary was built for; the torch checked is the one that lacks the symbols.
+    keep = f"keep the lock's torch {pin}" if torch.locked == pin else f"lock torch=={pin}"
+    return (
+        f"{dist} was built for torch {pin} (its Requires-Dist pins torch=={pin}) and torch {torch.version} lacks "
+        f"these symbols: {keep}, or take a {name} built for torch {torch.version}"
+    )
 
 
 def _abi_mismatch(obj: SharedObject, abi: str, torch: TorchFacts) -> list[Finding]:

@@ -53,8 +53,14 @@ def _applies(marker: Marker | None, env: dict[str, str], extras: set[str]) -> bo
 
 
 def check_requirements(
-    metas: Mapping[str, DistMeta], roots: list[Requirement], python: str, platform: str
+    metas: Mapping[str, DistMeta],
+    roots: list[Requirement],
+    python: str,
+    platform: str,
+    replaced: Mapping[str, str] | None = None,
 ) -> list[MetaViolation]:
+    """Violations of every Requires-Dist reachable from ``roots``; ``replaced`` (dist -> the lock's version)
+    names the distributions checked at another release than the locked one (verify --try)."""
     env = marker_env(python, platform)
     versions = {name: Version(meta.version) for name, meta in metas.items()}
     extras: dict[str, set[str]] = {name: set() for name in metas}
@@ -72,13 +78,19 @@ def check_requirements(
             violations.append(MetaViolation(source, str(req), "not in the lock"))
             continue
         if not req.specifier.contains(versions[name], prereleases=True):
-            violations.append(MetaViolation(source, str(req), f"the lock has {name} {versions[name]}"))
+            violations.append(MetaViolation(source, str(req), _has(name, versions[name], replaced or {})))
         new_extras = {canonicalize_name(e) for e in req.extras} - extras[name]
         if new_extras or name not in expanded:  # (re)visit its requirements under the new extras
             extras[name] |= new_extras
             expanded.add(name)
             queue.extend((name, r) for r in _requirements(metas[name], violations))
     return violations
+
+
+def _has(name: str, version: Version, replaced: Mapping[str, str]) -> str:
+    if name in replaced:
+        return f"{name} {version} is checked in place of the lock's {replaced[name]}"
+    return f"the lock has {name} {version}"
 
 
 def split_overridden(

@@ -138,8 +138,9 @@ def verify_wheelhouse(
     timings = timings if timings is not None else {}
     started = time.monotonic()
     metas = {f.name: read_meta(f.path) for f in house.files}
+    replaced = _replaced(lock, house)
     violations = check_requirements(
-        metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform
+        metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform, replaced
     )
     violations += check_engine_gate({n: m.version for n, m in metas.items()})
     violations, overridden = split_overridden(violations, profile.override_reasons)
@@ -148,8 +149,9 @@ def verify_wheelhouse(
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         scans = list(pool.map(lambda f: scan_wheel(f, cache), [f for f in house.files if f.is_wheel]))
     objects = [o for s in scans for o in s.objects]
-    torch_version = lock.version_of("torch")
-    torch = torch_facts(torch_version, objects) if torch_version else None
+    # The torch whose libraries were read is the wheelhouse's (a --try may have swapped it), not the lock's.
+    torch_version = next((f.version for f in house.files if f.name == "torch"), None)
+    torch = torch_facts(torch_version, objects, locked=lock.version_of("torch") or "") if torch_version else None
     verdicts = (
         check_objects(
             objects, torch, profile.base.facts, _torch_pins(metas), other_names=[n for s in scans for n in s.names]
@@ -174,6 +176,12 @@ def verify_wheelhouse(
         errors=tuple(e for s in scans for e in s.errors),
         timings=timings,
     )
+
+
+def _replaced(lock: Lock, house: Wheelhouse) -> dict[str, str]:
+    """dist -> the lock's version, for each distribution checked at another release (verify --try)."""
+    locked = {f.name: lock.version_of(f.name) or "" for f in house.files}
+    return {f.name: locked[f.name] for f in house.files if locked[f.name] not in ("", f.version)}
 
 
 def _torch_pins(metas: dict[str, DistMeta]) -> dict[str, str]:
@@ -230,9 +238,10 @@ def _render_elf(report: VerifyReport, verbose: bool) -> list[str]:
         return ["elf: no torch in the lock; nothing links libtorch"]
     bad = [v for v in report.objects if not v.ok]
     excused = [v for v in report.objects if v.excused]
+    tried = f"; in place of the lock's {report.torch.locked}" if report.torch.locked else ""
     lines = [
-        f"elf: torch {report.torch.version} ({report.torch.abi} ABI); {len(report.objects)} extension(s) link it, "
-        f"{len(bad)} failing, {len(excused)} excused (alternative builds not used here, or waived by the profile)"
+        f"elf: torch {report.torch.version} ({report.torch.abi} ABI{tried}); {len(report.objects)} extension(s) link "
+        f"it, {len(bad)} failing, {len(excused)} excused (alternative builds not used here, or waived by the profile)"
     ]
     for verdict in report.objects:
         if verdict.ok and not verbose:
