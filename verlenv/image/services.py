@@ -8,8 +8,10 @@ Each function is idempotent: it reuses what is already running.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -128,19 +130,50 @@ def _spawn(cmd: list[str], log: IO[bytes]) -> int:
 
 
 @dataclass(frozen=True)
+class HtpasswdAuth:
+    """``auth: htpasswd``: Distribution reads bcrypt entries only (``htpasswd -B``, or the bcrypt package)."""
+
+    path: Path
+    realm: str = "verlenv"
+
+
+@dataclass(frozen=True)
+class TokenAuth:
+    """``auth: token``: clients fetch a JWT from ``realm``, signed by a key whose cert is in ``rootcertbundle``."""
+
+    realm: str
+    service: str
+    issuer: str
+    rootcertbundle: Path
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """``http.tls``: the server certificate (with its chain) and its key, PEM."""
+
+    certificate: Path
+    key: Path
+
+
+@dataclass(frozen=True)
 class Registry:
     """A Distribution registry on loopback; ``host`` is what goes in image references."""
 
     port: int
     storage: Path
     pid: int
+    scheme: str = "http"
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}"
+
     def answers(self) -> bool:
-        return registry_answers(self.host)
+        return registry_answers(self.host, self.scheme)
 
     def stop(self) -> None:
         try:
@@ -168,29 +201,43 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def registry_answers(host: str) -> bool:
+def registry_answers(host: str, scheme: str = "http") -> bool:
+    """Does a registry answer GET /v2/? 401 counts: a registry with auth answers with a challenge.
+
+    Over https this only asks whether it answers, not who it is, so the certificate is not checked.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(f"http://{host}/v2/", timeout=2) as response:
+        with urllib.request.urlopen(f"{scheme}://{host}/v2/", timeout=2, context=context) as response:
             return response.status == 200
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
     except (urllib.error.URLError, OSError):
         return False
 
 
-def start_registry(storage: Path, port: int | None = None, timeout_s: float = 30.0) -> Registry:
-    """Start `docker-registry serve` on 127.0.0.1:PORT with its storage in ``storage``."""
+def start_registry(
+    storage: Path,
+    port: int | None = None,
+    timeout_s: float = 30.0,
+    *,
+    auth: HtpasswdAuth | TokenAuth | None = None,
+    tls: TLSFiles | None = None,
+) -> Registry:
+    """Start `docker-registry serve` on 127.0.0.1:PORT with its storage in ``storage``.
+
+    ``auth`` adds htpasswd or token authentication, ``tls`` serves https with that certificate.
+    """
     ensure_programs(("docker-registry",))
     port = port or free_port()
     storage.mkdir(parents=True, exist_ok=True)
     config = storage / "config.yml"
-    config.write_text(
-        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-        f"    rootdirectory: {storage / 'data'}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
+    config.write_text(registry_config(storage / "data", port, auth, tls))
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     with (storage / "registry.log").open("ab") as log:
         pid = _spawn([binary, "serve", str(config)], log)
-    registry = Registry(port=port, storage=storage, pid=pid)
+    registry = Registry(port=port, storage=storage, pid=pid, scheme="https" if tls else "http")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if registry.answers():
@@ -199,4 +246,24 @@ def start_registry(storage: Path, port: int | None = None, timeout_s: float = 30
             break
         time.sleep(0.2)
     registry.stop()
-    raise ServiceError(f"docker-registry did not answer on {registry.host}", hint=f"see {storage / 'registry.log'}")
+    raise ServiceError(f"docker-registry did not answer on {registry.url}", hint=f"see {storage / 'registry.log'}")
+
+
+def registry_config(
+    data: Path, port: int, auth: HtpasswdAuth | TokenAuth | None = None, tls: TLSFiles | None = None
+) -> str:
+    """Distribution's config.yml (YAML written by hand: JSON strings are valid YAML scalars)."""
+    text = (
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {data}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    if tls is not None:
+        text += f"  tls:\n    certificate: {json.dumps(str(tls.certificate))}\n    key: {json.dumps(str(tls.key))}\n"
+    if isinstance(auth, HtpasswdAuth):
+        text += f"auth:\n  htpasswd:\n    realm: {json.dumps(auth.realm)}\n    path: {json.dumps(str(auth.path))}\n"
+    elif isinstance(auth, TokenAuth):
+        fields = {"realm": auth.realm, "service": auth.service, "issuer": auth.issuer}
+        text += "auth:\n  token:\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in fields.items())
+        text += f"    rootcertbundle: {json.dumps(str(auth.rootcertbundle))}\n"
+    return text
