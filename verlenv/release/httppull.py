@@ -101,9 +101,10 @@ def check_labels(labels: dict[str, str], entry: catalog.Entry) -> None:
             f"{entry.by_digest}: label lock-sha256 {labels.get('io.verlenv.lock-sha256')} does not match "
             f"the catalog's {entry.lock_sha256}"
         )
-    wanted = {f"io.verlenv.{k}": v for k, v in entry.components.items()}
-    wanted.update({k: v for k, v in entry.labels.items() if k.startswith("io.verlenv.")})
-    wrong = {k: (labels.get(k), v) for k, v in sorted(wanted.items()) if labels.get(k) != v}
+    # components and recorded labels each on their own: a catalog whose two disagree fails too
+    wanted = [(f"io.verlenv.{k}", v) for k, v in sorted(entry.components.items())]
+    wanted += [(k, v) for k, v in sorted(entry.labels.items()) if k.startswith("io.verlenv.")]
+    wrong = {k: (labels.get(k), v) for k, v in wanted if labels.get(k) != v}
     if wrong:
         raise CheckFailed(
             f"{entry.by_digest}: labels differ from the catalog: "
