@@ -1,5 +1,6 @@
 """The lint rules: unknown and invented keys, `+` keys verl never reads, types, enums, missing
-engines and logger prerequisites, and the batch-size divisibility verl asserts at start-up."""
+engines and logger prerequisites, and the batch-size divisibility verl asserts at start-up; the
+attention implementations in effect are attention.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from verlenv.errors import require
+from verlenv.inside.configlint.kernels import Kernels, here
 from verlenv.inside.configlint.schema import VerlSchema
 from verlenv.inside.configlint.source import Setting
 from verlenv.output import closest
@@ -40,7 +42,13 @@ class Finding:
     fix: str
 
 
-def lint(schema: VerlSchema, settings: list[Setting], *, installed: bool) -> list[Finding]:
+def lint(
+    schema: VerlSchema, settings: list[Setting], *, installed: bool, kernels: Kernels | None = None
+) -> list[Finding]:
+    """``installed``: the lint runs in the job's environment (engines and kernels are checked here);
+    ``kernels``: what another environment offers (a site, a manifest, a lock) when it does not."""
+    from verlenv.inside.configlint import attention  # it builds on this module's helpers
+
     found: list[Finding] = []
     for setting in settings:
         found += _key_findings(schema, setting)
@@ -49,6 +57,7 @@ def lint(schema: VerlSchema, settings: list[Setting], *, installed: bool) -> lis
         found += _type_findings(schema, setting) + _enum_findings(schema, setting, installed)
     effective = _effective(schema.tree, [s for s in settings if s.op not in ("~", "yaml-branch")])
     found += _logger_findings(schema, effective, settings) + _batch_findings(effective, settings)
+    found += attention.findings(schema, effective, settings, kernels or (here() if installed else None))
     return _dedupe(found)
 
 

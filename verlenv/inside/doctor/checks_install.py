@@ -237,12 +237,16 @@ def check_config(facts: Facts) -> Result:
     """The verl config lint (lint-config) against the verl installed here, when --config is given."""
     if not facts.config:
         return Result(Status.SKIP, "no --config given")
+    from verlenv.inside.configlint.kernels import in_paths
     from verlenv.inside.configlint.rules import lint
     from verlenv.inside.configlint.schema import load_schema
     from verlenv.inside.configlint.source import collect
 
     schema = load_schema()
-    findings = lint(schema, collect(facts.config), installed=True)
+    # the kernels of the site doctor inspects (--site), with what a venv lends from another interpreter
+    sites = [str(facts.site), *sorted({str(s) for s in facts.lent.values()})]
+    kernels = in_paths(sites, f"this environment ({facts.site})")
+    findings = lint(schema, collect(facts.config), installed=True, kernels=kernels)
     details = tuple(f"{f.severity}: {f.location}: {f.message} (fix: {f.fix})" for f in findings)
     errors = sum(f.severity == "error" for f in findings)
     if errors:
