@@ -6,8 +6,9 @@ Docker writes schema-2 manifests (3-space indent, keys in Docker's order).
 
 Deterministic gzip: Python's zlib (raw deflate, level 6, 15-bit window, memLevel 8, default
 strategy) inside a fixed 10-byte gzip header: no FNAME/FEXTRA/FCOMMENT, MTIME 0, XFL 0, OS 255
-("unknown", what Python's gzip module and Go's compress/gzip write). The output equals
-``gzip.compress(data, compresslevel=6, mtime=0)``. Deflate output is fixed for one zlib build;
+("unknown", what Python's GzipFile and Go's compress/gzip write; zlib's own gzip wrapper, and so
+``gzip.compress`` since 3.11, writes 3). The output equals what ``gzip.GzipFile(fileobj=f,
+mode="wb", compresslevel=6, mtime=0, filename="")`` writes. Deflate output is fixed for one zlib build;
 another zlib version may compress differently, so the compressed blob of each DiffID is cached
 (``<cache>/blobs/sha256/<hex>``, index ``<cache>/diffids/sha256/<hex>.json``) and a second publish
 reuses it instead of recompressing. The DiffIDs and the image ID do not depend on zlib at all.
