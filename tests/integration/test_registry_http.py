@@ -230,6 +230,19 @@ def test_the_same_input_gives_the_same_manifest_digest_in_two_fresh_registries( 
     assert again.digest == first.digest and again.uploaded == 0
 
 
+def test_a_blob_is_mounted_from_another_repository_instead_of_uploaded(  # type: ignore[no-untyped-def]
+    plain_registry, image, tmp_path
+) -> None:
+    client = RegistryClient(plain_registry.host)
+    pushed = ocipush.push_image(client, "team/base", "t", image.config, image.layers, tmp_path / "cache")
+    layer = pushed.layers[1]
+    assert client.upload_blob("team/other", layer.digest, layer.path, mount_from="team/base") is True
+    assert client.blob_exists("team/other", layer.digest)
+    log = (plain_registry.storage / "registry.log").read_text()
+    assert f"POST /v2/team/other/blobs/uploads/?mount={layer.digest}&from=team/base" in log.replace("%3A", ":")
+    assert "PUT /v2/team/other/blobs/uploads/" not in log  # mounted: no bytes were sent
+
+
 def test_the_engine_pulls_the_pushed_image_as_the_same_image_id(  # type: ignore[no-untyped-def]
     engine, plain_registry, image, tmp_path, capsys
 ) -> None:
@@ -242,6 +255,25 @@ def test_the_engine_pulls_the_pushed_image_as_the_same_image_id(  # type: ignore
         assert engine.images.get(entry.by_digest).id == image.image_id
     finally:
         forget_registry_tags(engine, plain_registry.host)
+
+
+def test_an_attachment_published_through_the_engine_still_verifies_over_http(  # type: ignore[no-untyped-def]
+    engine, plain_registry, image, tmp_path
+) -> None:
+    """Catalogs published before the HTTP path carry FROM-scratch attachment images: they must keep verifying."""
+    from tests.helpers.engine import forget_registry_tags
+    from verlenv.release.publish import _attach
+
+    client = RegistryClient(plain_registry.host)
+    entry = _publish(client, image, tmp_path / "cache", attach=False)
+    report = {"passed": True, "image_id": entry.image_id, "host": {"device": "cpu"}, "verdicts": []}
+    try:
+        assert _attach(engine, entry.repository, entry.digest, entry.image_id, report) == entry.attachment
+    finally:
+        forget_registry_tags(engine, plain_registry.host)
+    found = read_attachment(client, REPO, entry.digest)
+    assert found is not None and found.form == "engine-image" and found.vouches_for == entry.digest
+    assert httppull.verify(entry, client).acceptance == report
 
 
 # --- htpasswd over TLS --------------------------------------------------------------------------
