@@ -207,6 +207,10 @@ def test_push_read_back_verify_and_run_enroot_with_no_engine(  # type: ignore[no
     ran = fake_tools.read_text()
     assert f"enroot import -o cpu-smoke-{hexa[:12]}.sqsh docker://{client.host}#{REPO}:{entry.digest}" in ran
     assert "ENROOT_ALLOW_HTTP=yes" in ran and "apptainer" not in ran
+    assert main(["pull", entry.tags[0].rsplit(":", 1)[1], "--catalog", _catalog(tmp_path, entry), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["pulled"]
+    assert result["image_id"] == entry.image_id and result["enroot"] == enroot and result["apptainer"] == apptainer
+    assert result["acceptance_passed"] is True and result["engine_pulled"] is False
     assert no_engine == []
 
 
