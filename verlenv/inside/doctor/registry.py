@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from verlenv.inside.doctor import checks_binary as b
+from verlenv.inside.doctor import checks_flashattn as fa
 from verlenv.inside.doctor import checks_install as i
 from verlenv.inside.doctor import checks_runtime as r
 from verlenv.inside.doctor.model import Check
@@ -23,6 +24,8 @@ CHECKS: tuple[Check, ...] = (
         "gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False, uses_probe=True
     ),
     Check("nccl", "NCCL", r.check_nccl, static=False, uses_probe=True),
+    # runs flash-attn's kernels: needs the runtime (GPU, driver), so never part of the build's --static
+    Check("flash-attn", "flash-attn import, and its varlen kernels on a GPU", fa.check_flash_attn, static=False),
     Check("shm", "/dev/shm size", r.check_shm, static=False),
     Check("env-vars", "Environment variables verl relies on or that are traps", r.check_env),
     Check("secrets", "Secrets visible in the environment", r.check_secrets),
