@@ -31,10 +31,6 @@ class ProjectPaths:
     def lockfiles(self) -> Path:
         return self.root / "lockfiles"
 
-    @property
-    def dockerfile_template(self) -> Path:
-        return self.root / "images" / "Dockerfile.template"
-
     def profile(self, name: str) -> Path:
         return self.profiles / f"{name}.toml"
 

@@ -53,7 +53,7 @@ def make_project(
     (root / "lockfiles").mkdir()
     libs = ", ".join(f'"{lib}"' for lib in BASE_LIBS)
     (root / "images" / "bases.toml").write_text(
-        f'[bases."fixture-base"]\nkind = "debootstrap"\nimage = "x"\npython = "3.11"\nglibc = "{glibc}"\n'
+        f'[bases."fixture-base"]\nkind = "debian"\nimage = "x"\npython = "3.11"\nglibc = "{glibc}"\n'
         f'glibcxx = "3.4.30"\nlibraries = [{libs}]\n'
     )
     reqs = requirements if requirements is not None else [_pin(w) for w in wheels]

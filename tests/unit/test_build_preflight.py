@@ -8,10 +8,8 @@ import json
 import pytest
 
 from verlenv.cli import main
-from verlenv.image.context import render_dockerfile, source_date_epoch
+from verlenv.image.context import source_date_epoch
 from verlenv.paths import ProjectPaths
-
-REPO_TEMPLATE = "images/Dockerfile.template"
 
 
 def _build(capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -63,31 +61,18 @@ def test_unpinned_registry_base_is_refused_unless_opted_out(project: ProjectPath
     assert "--allow-unpinned-base" in err and "README" in err
 
 
-def test_dockerfile_orders_layers_and_keeps_wheels_in_the_builder(repo_paths: ProjectPaths) -> None:
-    text = render_dockerfile(repo_paths.root / REPO_TEMPLATE, "p", "base:1", ["torch", "engine", "deps", "verl"], 42)
-    final = text[text.index("\nFROM base:1\n") :]
-    copies = [line for line in final.splitlines() if line.startswith("COPY --from=")]
-    assert copies == [f"COPY --from=layer-{n} /layers/{n}/ /opt/venv/" for n in ("torch", "engine", "deps", "verl")]
-    # Each layer installs in its own stage, so a change above it leaves its stage image (and the
-    # engine's cached hash of what COPY --from reads there) untouched.
-    stages = [line for line in text.splitlines() if line.startswith("FROM builder AS ")]
-    assert stages == [f"FROM builder AS layer-{n}" for n in ("torch", "engine", "deps", "verl")]
-    assert "/wheels/" not in final and "pip install" not in final
-    assert text.count("--no-index --no-deps --require-hashes") == 4
-    assert "SOURCE_DATE_EPOCH=42" in final and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in final
-    # the self-check records its ELF scan, so doctor in a container re-reads only what changed since
-    assert final.rstrip().endswith("RUN verlenv clean --check && verlenv doctor --static --write-elf-cache")
-
-
-def test_packed_layers_come_from_their_wheels_images_and_verlenv_from_the_context(repo_paths: ProjectPaths) -> None:
-    packed = {"torch": "verlenv/wheels:torch-0123456789abcdef", "deps": "verlenv/wheels:deps-fedcba9876543210"}
-    text = render_dockerfile(repo_paths.root / REPO_TEMPLATE, "p", "base:1", ["torch", "deps", "verlenv"], 42, packed)
-    copies = [line for line in text.splitlines() if line.startswith("COPY ") and "/wheels/" in line]
-    assert copies == [
-        "COPY --from=verlenv/wheels:torch-0123456789abcdef /wheels/torch/ /wheels/torch/",
-        "COPY --from=verlenv/wheels:deps-fedcba9876543210 /wheels/deps/ /wheels/deps/",
-        "COPY layers/verlenv/ /wheels/verlenv/",
-    ]
+def test_a_registry_base_is_refused_even_when_pinned(project: ProjectPaths, capsys) -> None:  # type: ignore[no-untyped-def]
+    """verlenv assembles every layer itself; a registry base's layers would not be its own."""
+    with project.bases.open("a") as handle:
+        handle.write(
+            '\n[bases."pinned"]\nkind = "registry"\nimage = "example/python:3.11"\npython = "3.11"\nglibc = "2.36"\n'
+            'digest = "sha256:' + "a" * 64 + '"\n'
+        )
+    path = project.profile("cpu-smoke")
+    path.write_text(path.read_text().replace('base = "debian12-python3.11"', 'base = "pinned"'))
+    code, err = _build(capsys)
+    assert code == 2
+    assert "base 'pinned' is a registry image" in err and "debian base" in err
 
 
 def test_source_date_epoch_comes_from_the_lock_snapshot() -> None:

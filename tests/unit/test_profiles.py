@@ -65,7 +65,7 @@ def test_layers_follow_the_declared_order(repo_paths: ProjectPaths) -> None:
         "verl": "verl",
         "verlenv": "verlenv",
     }
-    assert LAYER_ORDER == ("torch", "engine", "deps", "verl", "verlenv")
+    assert LAYER_ORDER == ("torch", "torch-extras", "engine", "deps", "verl", "verlenv")
 
 
 def test_lock_inputs_hash_ignores_prose_but_not_pins(project: ProjectPaths) -> None:

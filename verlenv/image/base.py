@@ -1,154 +1,140 @@
-"""`verlenv base`: make a base image from Debian packages with debootstrap, no registry involved.
+"""`verlenv base`: the Debian base as a layer and an image, pinned by its .debs and its DiffID.
 
-The image is tagged with the hash of its recipe (suite, variant, package list, architecture), so
-an unchanged recipe reuses the image already in the engine. The libraries and glibc / libstdc++
-versions found in the root filesystem are written back to images/bases.toml, where `verify`
-reads them to resolve DT_NEEDED and symbol versions.
+The first run resolves the base's packages from the mirror and records every .deb (name, version,
+arch, sha256) in images/bases.toml; every later run, on any machine, makes the layer from exactly
+those files and checks that it comes out with the recorded DiffID. The image the engine gets (for
+the install containers of a build) has a config written here, so its ID is reproducible too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
-import re
-import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
-import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv.errors import ConfigError, ServiceError
-from verlenv.image.services import ensure_engine, ensure_programs
+from verlenv.errors import CheckFailed, ConfigError, IntegrityError
+from verlenv.image import debbase, debs, oci
+from verlenv.image.layerstore import StoredLayer
+from verlenv.image.services import ensure_engine
 from verlenv.profiles.bases import Base, BaseFacts, load_bases, record_base
-from verlenv.verify.basefacts import rootfs_facts
+from verlenv.verify.basefacts import LIB_DIRS, rootfs_facts
+from verlenv.wheels.cache import Cache
 
-RECIPE_VERSION = 1
-VENV = "/opt/venv"
-# Image config for the imported root filesystem; the Dockerfile adds the rest.
-IMPORT_CHANGES = (
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    'CMD ["/bin/bash"]',
-)
-_CLEAN = (
-    "var/cache/apt/archives",
-    "var/lib/apt/lists",
-    "var/cache/debconf",
-    "var/log",
-    "usr/share/doc",
-    "usr/share/man",
-    "usr/share/info",
-    "tmp",
-)
+ENV = (("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"), ("LANG", "C.UTF-8"))
 
 
 @dataclass(frozen=True)
 class BaseImage:
     name: str
-    reference: str  # repository:recipe-hash
+    reference: str  # repository:diffid12, in the engine
     image_id: str
-    reused: bool
-    facts: BaseFacts | None
+    layer: StoredLayer
+    epoch: int
+    resolved: bool  # the debs were (re-)resolved from the mirror in this run
+    facts: BaseFacts
 
 
-def recipe_hash(base: Base, arch: str) -> str:
-    recipe = {
-        "v": RECIPE_VERSION,
-        "suite": base.suite,
-        "packages": sorted(base.packages),
-        "arch": arch,
-        "variant": "minbase",
-        "changes": list(IMPORT_CHANGES),
-    }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+def reference(base: Base, diff_id: str) -> str:
+    return f"{base.image}:{diff_id.removeprefix('sha256:')[:16]}"
 
 
-def debian_arch() -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+def base_layer(base: Base) -> oci.Layer:
+    return oci.Layer(base.diff_id, Path(), f"verlenv base {base.name}: {len(base.debs)} Debian packages")
 
 
-def reference(base: Base) -> str:
-    return f"{base.image}:{recipe_hash(base, debian_arch())[:16]}"
+def make_base(
+    bases_file: Path, name: str, cache: Cache, *, mirror: str = "", update: bool = False, quiet: bool = False
+) -> BaseImage:
+    base = _debian_base(bases_file, name)
+    resolved = update or not base.debs or base.recipe != debbase.recipe_hash(base)
+    if resolved:
+        _say(f"resolving {name}'s packages from the mirror (its .debs are recorded in {bases_file.name})", quiet)
+        found = debbase.resolve(base, debbase.host_sources(base.suite, mirror or base.mirror), cache, quiet)
+        record_base(
+            bases_file,
+            name,
+            {
+                "recipe": debbase.recipe_hash(base),
+                "epoch": debbase.resolution_epoch(),
+                "debs": [d.line() for d in found],
+            },
+        )
+        base = load_bases(bases_file)[name]
+    layer = debbase.make_layer(base, cache, quiet, mirror)
+    if base.diff_id and base.diff_id != layer.diff_id and not resolved:
+        raise IntegrityError(
+            f"base '{name}' came out as layer {layer.diff_id}, but {bases_file.name} records {base.diff_id} "
+            "for the same .debs: the base is not reproducible on this machine",
+            hint=f"compare with `verlenv image-diff` against a machine that made {base.diff_id[:19]}",
+        )
+    facts = base.facts if base.diff_id == layer.diff_id and base.facts.libraries else _facts(layer)
+    if base.diff_id != layer.diff_id or facts != base.facts:
+        record_base(bases_file, name, _facts_record(layer.diff_id, facts))
+        base = load_bases(bases_file)[name]
+    image_id = _load(base, layer)
+    return BaseImage(name, reference(base, layer.diff_id), image_id, layer, base.epoch, resolved, facts)
 
 
-def host_mirror() -> str:
-    """The Debian mirror this host's apt uses, so the project never names one."""
-    for source in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
-        for stanza in re.split(r"\n\s*\n", source.read_text()):  # deb822: one source per stanza
-            suites = re.search(r"^Suites:(.*)$", stanza, re.M)
-            uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
-            if suites and uris and re.search(r"\b(bookworm|trixie|bullseye)(\s|$)", suites.group(1)):
-                return uris.group(1)
-    legacy = Path("/etc/apt/sources.list")
-    if legacy.exists():
-        match = re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+\S+\s+main", legacy.read_text(), re.M)
-        if match and "security" not in match.group(1):
-            return match.group(1)
-    raise ConfigError("cannot find a Debian mirror in /etc/apt/sources.list{,.d}", hint="pass --mirror URL")
-
-
-def make_base(bases_file: Path, name: str, *, mirror: str = "", force: bool = False, quiet: bool = False) -> BaseImage:
+def _debian_base(bases_file: Path, name: str) -> Base:
     bases = load_bases(bases_file)
     if name not in bases:
-        raise ConfigError(f"{bases_file}: no base named '{name}'")
+        raise ConfigError(f"{bases_file}: no base named '{name}'", hint=f"bases: {', '.join(sorted(bases))}")
     base = bases[name]
-    if base.kind != "debootstrap":
-        raise ConfigError(f"base '{name}' is a {base.kind} base; only debootstrap bases are made here")
+    if base.kind != "debian":
+        raise ConfigError(f"base '{name}' is a {base.kind} base; only debian bases are made here")
+    return base
+
+
+def _facts_record(diff_id: str, facts: BaseFacts) -> dict[str, str | int | list[str]]:
+    return {"diff_id": diff_id, "glibc": facts.glibc, "glibcxx": facts.glibcxx, "libraries": sorted(facts.libraries)}
+
+
+def _facts(layer: StoredLayer) -> BaseFacts:
+    """The libraries and glibc/libstdc++ versions the layer provides (its library folders, unpacked)."""
+    with tempfile.TemporaryDirectory(prefix="verlenv-basefacts-") as tmp, tarfile.open(layer.path) as tar:
+        wanted = [m for m in tar.getmembers() if any(m.name.startswith(d + "/") for d in LIB_DIRS)]
+        tar.extractall(tmp, members=wanted, filter="tar")
+        return rootfs_facts(Path(tmp))
+
+
+def _load(base: Base, layer: StoredLayer) -> str:
     client = ensure_engine()
-    ref = reference(base)
-    if not force and base.facts.libraries and base.facts.glibc:
-        try:
-            image = client.images.get(ref)
-            return BaseImage(name, ref, image.id, True, None)
-        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: make it below
-            pass
-    ensure_programs(("debootstrap",))
-    with tempfile.TemporaryDirectory(prefix="verlenv-base-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        _debootstrap(base, rootfs, mirror or base.mirror or host_mirror(), quiet)
-        facts = rootfs_facts(rootfs)
-        image_id = _import(client, rootfs, Path(tmp) / "rootfs.tar", ref)
-    record_base(
-        bases_file, name, {"glibc": facts.glibc, "glibcxx": facts.glibcxx, "libraries": sorted(facts.libraries)}
-    )
-    return BaseImage(name, ref, image_id, False, facts)
-
-
-def _debootstrap(base: Base, rootfs: Path, mirror: str, quiet: bool) -> None:
-    cmd = ["debootstrap", "--variant=minbase", f"--arch={debian_arch()}"]
-    if base.packages:
-        cmd.append("--include=" + ",".join(base.packages))
-    cmd += [base.suite, str(rootfs), mirror]
-    _say(f"debootstrap {base.suite} ({len(base.packages)} extra packages) from the host's Debian mirror", quiet)
-    started = time.monotonic()
-    tail: deque[str] = deque(maxlen=20)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        for count, line in enumerate(proc.stdout):
-            tail.append(line.rstrip())
-            if not quiet and count % 40 == 0:
-                _say(f"  {line.strip()}", quiet)
-    if proc.returncode != 0:
-        raise ServiceError("debootstrap failed:\n" + "\n".join(tail))
-    for rel in _CLEAN:
-        target = rootfs / rel
-        if target.is_dir():
-            shutil.rmtree(target)
-            target.mkdir(mode=0o1777 if rel == "tmp" else 0o755)
-    _say(f"  root filesystem ready in {time.monotonic() - started:.0f}s", quiet)
-
-
-def _import(client, rootfs: Path, tar_path: Path, ref: str) -> str:  # type: ignore[no-untyped-def]
-    with tarfile.open(tar_path, "w") as tar:
-        tar.add(rootfs, arcname=".")
+    spec = oci.ImageSpec(env=ENV, labels=(("io.verlenv.base", base.name),), epoch=base.epoch)
+    layers = [oci.Layer(layer.diff_id, layer.path, base_layer(base).created_by)]
+    config = oci.config_bytes(spec, layers)
+    wanted = oci.image_id(config)
+    ref = reference(base, layer.diff_id)
+    try:
+        client.images.get(wanted)
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: load it
+        oci.load(client, config, layers)
     repository, tag = ref.rsplit(":", 1)
-    client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=list(IMPORT_CHANGES))
-    return str(client.images.get(ref).id)
+    client.api.tag(wanted, repository, tag)
+    return wanted
+
+
+def check_mirror(bases_file: Path, name: str, mirror: str = "") -> list[str]:
+    """The recorded .debs the mirror has moved on from: 'NAME recorded -> offered now'."""
+    base = _debian_base(bases_file, name)
+    if not base.debs:
+        raise CheckFailed(f"base '{name}' has no recorded .debs yet", hint=f"verlenv base {name}")
+    if base.recipe != debbase.recipe_hash(base):
+        raise CheckFailed(
+            f"base '{name}': its package list changed since the .debs were recorded",
+            hint=f"verlenv base {name} --update",
+        )
+    offers = debs.mirror_offers(debbase.host_sources(base.suite, mirror or base.mirror))
+    moved = []
+    for line in base.debs:
+        deb = debs.Deb.parse(line, f"bases.{name}.debs")
+        newest = debs.newest(o.version for o in offers.get((deb.name, deb.arch), []))
+        if newest and newest != deb.version:
+            moved.append(f"{deb.name} {deb.version} -> {newest}")
+        elif not newest:
+            moved.append(f"{deb.name} {deb.version} -> (gone from the mirror)")
+    return moved
 
 
 def _say(message: str, quiet: bool) -> None:

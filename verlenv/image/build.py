@@ -1,18 +1,22 @@
-"""The build stage: a hermetic image from the verified wheelhouse, tagged only after it self-checked.
+"""The build stage: a bit-for-bit reproducible image from the verified wheelhouse, tagged only after
+it self-checked and only when it is the image its inputs must give.
 
-Order: refuse what must be refused (stale lock, missing or failed verify report, unpinned base),
-make or reuse the base, turn sdists into wheels, assemble the context (re-hashing every file),
-build with network_mode="none" and no tag, and tag only the image the engine returned.
+Order: refuse what must be refused (stale lock, missing or failed verify report, a base verlenv
+cannot assemble); make or reuse the Debian base layer; turn sdists into wheels; install each layer's
+wheels offline in a container of the base and write the layer as a normalized tar (layers already
+made from the same inputs are reused from the store); write the config; load the image; run the
+self-check in it and keep its ELF record as a last layer; compare with lockfiles/NAME.image.json
+(and --expect); tag.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
+import hashlib
+import io
 import json
-import re
-import subprocess
 import sys
-import tempfile
+import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,20 +24,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv import __version__
-from verlenv.errors import CheckFailed, ConfigError, ServiceError
-from verlenv.image import wheelimages
-from verlenv.image.base import make_base
-from verlenv.image.context import assemble, group_layers, source_date_epoch, verlenv_wheel
-from verlenv.image.manifest import Manifest
+from verlenv.errors import CheckFailed, ConfigError, IntegrityError
+from verlenv.image import expected, install, oci
+from verlenv.image.base import BaseImage, make_base
+from verlenv.image.context import VENV, group_layers, source_date_epoch, source_sha256, verlenv_wheel
+from verlenv.image.filemanifest import merge
+from verlenv.image.layerstore import LayerStore, StoredLayer
+from verlenv.image.manifest import DEFAULT_PATH, Manifest
 from verlenv.image.services import ensure_engine
+from verlenv.image.tarlayer import DIR, FILE, Entry, Item, write_layer
 from verlenv.lock.lockfile import Lock
 from verlenv.paths import ProjectPaths
-from verlenv.profiles.bases import Base
 from verlenv.profiles.profile import Profile
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache
 from verlenv.wheels.sdists import wheel_from_sdist
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
+
+SELF_CHECK = "verlenv clean --check && verlenv doctor --static --write-elf-cache"
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class BuildOptions:
     quiet: bool = False
     nocache: bool = False
     extra_tags: tuple[str, ...] = ()
+    expect: str = ""  # sha256:... the image must come out as (a published image, re-derived)
+    record: bool = True  # write lockfiles/NAME.image.json when its inputs changed
 
 
 @dataclass(frozen=True)
@@ -52,9 +62,16 @@ class BuildResult:
     size: int
     timings: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    diff_ids: tuple[str, ...] = ()
+    files_sha256: str = ""
+    record: str = ""  # what happened to lockfiles/NAME.image.json: matched | written | unchanged
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+@dataclass(frozen=True)
+class NamedLayer:
+    name: str
+    stored: StoredLayer
+    key: str
 
 
 class _Timer:
@@ -67,11 +84,19 @@ class _Timer:
         try:
             yield
         finally:
-            self.timings[name] = time.monotonic() - started
+            self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - started
 
 
 def image_repository(profile: str) -> str:
     return f"verlenv/{profile.lower()}"
+
+
+def record_path(paths: ProjectPaths, name: str) -> Path:
+    return paths.lockfiles / f"{name}.image.json"
+
+
+def files_manifest_path(cache: Cache, image_id: str) -> Path:
+    return cache.root / "images" / f"{image_id.removeprefix('sha256:')}.files.gz"
 
 
 def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOptions) -> BuildResult:
@@ -79,24 +104,47 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     with timer.stage("checks"):
         profile, lock, verify_sha = _preflight(paths, name, options)
     with timer.stage("base"):
-        base_ref = _base_reference(paths, profile.base, options)
+        base = make_base(paths.bases, profile.base.name, cache, quiet=options.quiet)
     with timer.stage("wheels"):
         epoch = source_date_epoch(lock.header.exclude_newer)
         files = [*_wheels(profile, lock, cache), verlenv_wheel(paths.root, cache, epoch)]
-    with timer.stage("pack"):
-        packed = _packed_layers(profile, files, cache, options)
-    with tempfile.TemporaryDirectory(prefix=f"verlenv-context-{name}-", dir=cache.tmp) as tmp:
-        with timer.stage("context"):
-            manifest = _manifest(profile, lock, verify_sha, files, base_ref)
-            assemble(Path(tmp), profile, base_ref, files, manifest, paths.dockerfile_template, packed)
-        labels = _labels(profile, lock, verify_sha, manifest, paths.root)
-        with timer.stage("build"):
-            image_id = _engine_build(Path(tmp), labels, options)
-    with timer.stage("tag"):
-        tags = _tag(image_id, profile, lock, options)
+    store = LayerStore(cache)
     client = ensure_engine()
+    pip = install.pip_of(files)
+    installer = install.Installer(client, base.reference, base.layer.diff_id, pip, epoch, store, options.nocache)
+    manifest = _manifest(profile, lock, verify_sha, files, base, epoch)
+    with timer.stage("layers"):
+        layers = _layers(profile, files, installer, cache, manifest, options.quiet)
+    spec = oci.ImageSpec(
+        env=_env(profile, files, epoch), labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch
+    )
+    with timer.stage("load"):
+        first = _stack(base, layers)
+        checked = oci.load(client, oci.config_bytes(spec, first), first)
+    with timer.stage("self-check"):
+        record_layer = _self_check(client, checked, store, epoch, options.quiet)
+    with timer.stage("load"):
+        final = [*first, oci.Layer(record_layer.diff_id, record_layer.path, "verlenv self-check: ELF record")]
+        config = oci.config_bytes(spec, final)
+        image_id = oci.load(client, config, final)
+        _forget(client, checked, keep=image_id)
+    named = [*layers, NamedLayer("self-check", record_layer, "")]
+    files_manifest = merge([base.layer.entries(), *(layer.stored.entries() for layer in named)])
+    files_manifest.write(files_manifest_path(cache, image_id))
+    with timer.stage("record"):
+        record = _image_record(profile, lock, config, image_id, base, named, files_manifest.sha256)
+        try:
+            outcome = _check_record(paths, record, named, store, options)
+        except IntegrityError:
+            _forget(client, image_id)
+            raise
+    with timer.stage("tag"):
+        tags = _tag(client, image_id, profile, lock, options)
     size = int(client.images.get(image_id).attrs.get("Size", 0))
-    return BuildResult(name, image_id, tags, size, timer.timings, labels)
+    diff_ids = tuple(layer.diff_id for layer in final)
+    return BuildResult(
+        name, image_id, tags, size, timer.timings, dict(spec.labels), diff_ids, files_manifest.sha256, outcome
+    )
 
 
 def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[Profile, Lock, str]:
@@ -107,46 +155,35 @@ def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[P
             hint="add digest = \"sha256:...\" to it in images/bases.toml (README: 'Base images'), "
             "or pass --allow-unpinned-base knowingly",
         )
+    if profile.base.kind != "debian":
+        raise ConfigError(
+            f"refusing to build {name}: base '{profile.base.name}' is a registry image; verlenv assembles images "
+            "from layers it writes itself, and a registry base's layers would come from outside that process",
+            hint="use a debian base from images/bases.toml (they carry the toolchain and RDMA userspace too)",
+        )
     return profile, lock, verify_sha
 
 
-def _packed_layers(profile: Profile, files: list[HouseFile], cache: Cache, options: BuildOptions) -> dict[str, str]:
-    """layer -> wheels image, for every layer but verlenv's own (the one that changes every build)."""
-    client = ensure_engine()
-    packed = {}
-    for layer, items in group_layers(profile, files).items():
-        if layer != "verlenv":
-            packed[layer], _ = wheelimages.ensure(
-                client, layer, items, cache, repack=options.nocache, quiet=options.quiet
-            )
-    return packed
-
-
-def _base_reference(paths: ProjectPaths, base: Base, options: BuildOptions) -> str:
-    if base.kind == "registry":
-        return base.reference
-    made = make_base(paths.bases, base.name, quiet=options.quiet)
-    return made.reference
-
-
 def _wheels(profile: Profile, lock: Lock, cache: Cache) -> list[HouseFile]:
-    # Missing files are fetched (and hash-checked) first; the image build itself has no network.
+    # Missing files are fetched (and hash-checked) first; installing has no network.
     house = fill(profile, lock, cache, quiet=True)
     tags = target_tags(profile.python, profile.platform)
     return [f if f.is_wheel else wheel_from_sdist(f, cache, tags, profile.python) for f in house.files]
 
 
-def _manifest(profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFile], base_ref: str) -> Manifest:
+def _manifest(
+    profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFile], base: BaseImage, epoch: int
+) -> Manifest:
     locked = {h for d in lock.dists for h in d.hashes}
     return Manifest(
         profile=profile.name,
         lock_sha256=lock.sha256,
         verify_sha256=verify_sha,
-        source_date_epoch=source_date_epoch(lock.header.exclude_newer),
+        source_date_epoch=epoch,
         components={**dict(profile.components), "cuda": profile.cuda, "python": profile.python},
         distributions={f.name: f.version for f in sorted(files, key=lambda f: f.name)},
         layers={layer: [h.name for h in items] for layer, items in group_layers(profile, files).items()},
-        base={"name": profile.base.name, "reference": base_ref, "glibc": profile.base.facts.glibc},
+        base={"name": profile.base.name, "reference": base.reference, "glibc": base.facts.glibc},
         verlenv_version=__version__,
         # Wheels whose hash is not in the lock: built here from a locked sdist, or verlenv itself.
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
@@ -155,19 +192,87 @@ def _manifest(profile: Profile, lock: Lock, verify_sha: str, files: list[HouseFi
     )
 
 
-def _labels(profile: Profile, lock: Lock, verify_sha: str, manifest: Manifest, root: Path) -> dict[str, str]:
-    created = dt.datetime.fromtimestamp(manifest.source_date_epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _layers(
+    profile: Profile,
+    files: list[HouseFile],
+    installer: install.Installer,
+    cache: Cache,
+    manifest: Manifest,
+    quiet: bool,
+) -> list[NamedLayer]:
+    layers = [NamedLayer("venv", install.venv_layer(installer, cache), "venv")]
+    for name, items in group_layers(profile, files).items():
+        extra = _manifest_items(manifest) if name == "verlenv" else ()
+        size = sum(h.path.stat().st_size for h in items)
+        _say(f"layer {name}: {len(items)} wheel(s), {size / 2**30:.2f} GiB", quiet)
+        stored = install.wheels_layer(installer, cache, name, items, extra)
+        _say(f"layer {name}: {stored.diff_id[:19]} ({stored.size / 2**30:.2f} GiB)", quiet)
+        layers.append(NamedLayer(name, stored, name))
+    return layers
+
+
+def _manifest_items(manifest: Manifest) -> tuple[Item, ...]:
+    data = manifest.to_json().encode()
+    folder = str(DEFAULT_PATH.parent).lstrip("/")
+    entry = Entry(str(DEFAULT_PATH).lstrip("/"), FILE, 0o644, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    return (Item(Entry("opt", DIR, 0o755)), Item(Entry(folder, DIR, 0o755)), Item(entry, lambda: io.BytesIO(data)))
+
+
+def _stack(base: BaseImage, layers: list[NamedLayer]) -> list[oci.Layer]:
+    stack = [oci.Layer(base.layer.diff_id, base.layer.path, f"verlenv base {base.name}")]
+    stack += [oci.Layer(layer.stored.diff_id, layer.stored.path, f"verlenv layer {layer.name}") for layer in layers]
+    return stack
+
+
+def _env(profile: Profile, files: list[HouseFile], epoch: int) -> tuple[tuple[str, str], ...]:
+    env = [
+        ("VIRTUAL_ENV", VENV),
+        ("PATH", f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("LANG", "C.UTF-8"),
+        ("PYTHONUNBUFFERED", "1"),
+        ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+        ("SOURCE_DATE_EPOCH", str(epoch)),
+        ("VERLENV_MANIFEST", str(DEFAULT_PATH)),
+    ]
+    cuda_home = _cuda_home(files, profile.python)
+    if cuda_home:
+        # FlashInfer, DeepGEMM and torch's cpp_extension find nvcc through CUDA_HOME: the locked one.
+        env.append(("CUDA_HOME", cuda_home))
+    return tuple(env)
+
+
+def _cuda_home(files: list[HouseFile], python: str) -> str:
+    """The toolkit folder the locked nvidia-cuda-nvcc wheel installs (site-packages/nvidia/cuXY)."""
+    import zipfile
+
+    nvcc = next((f for f in files if f.name == "nvidia-cuda-nvcc"), None)
+    if nvcc is None:
+        return ""
+    with zipfile.ZipFile(nvcc.path) as wheel:
+        found = [n for n in wheel.namelist() if n.endswith("/bin/nvcc")]
+    return f"{VENV}/lib/python{python}/site-packages/{found[0].removesuffix('/bin/nvcc')}" if found else ""
+
+
+def _labels(
+    profile: Profile, lock: Lock, verify_sha: str, base: BaseImage, paths: ProjectPaths
+) -> tuple[tuple[str, str], ...]:
+    created = oci.rfc3339(source_date_epoch(lock.header.exclude_newer))
     labels = {
         "org.opencontainers.image.title": image_repository(profile.name),
         "org.opencontainers.image.description": profile.description,
         "org.opencontainers.image.version": lock.sha256[:12],
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.licenses": "Apache-2.0",
-        "org.opencontainers.image.base.name": manifest.base["reference"],
+        "org.opencontainers.image.base.name": base.reference,
         "io.verlenv.profile": profile.name,
         "io.verlenv.lock-sha256": lock.sha256,
         "io.verlenv.verify-sha256": verify_sha,
         "io.verlenv.version": __version__,
+        # what verlenv's own layer is made of, instead of a git commit (a docs-only commit changes no image)
+        "io.verlenv.source-sha256": source_sha256(paths.root),
+        "io.verlenv.base-diff-id": base.layer.diff_id,
         "io.verlenv.python": profile.python,
         "io.verlenv.cuda": profile.cuda,
     }
@@ -175,71 +280,129 @@ def _labels(profile: Profile, lock: Lock, verify_sha: str, manifest: Manifest, r
         version = lock.version_of(name)
         if version:
             labels[f"io.verlenv.{name}"] = version
-    revision = _git_revision(root)
-    if revision:
-        labels["org.opencontainers.image.revision"] = revision
-    return labels
+    return tuple(sorted(labels.items()))
 
 
-def _git_revision(root: Path) -> str:
-    proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def _engine_build(context: Path, labels: dict[str, str], options: BuildOptions) -> str:
-    client = ensure_engine()
-    image_id = ""
-    tail: list[str] = []
-    if labels:  # one LABEL instruction: the API's labels= becomes one build step (and commit) per label
-        dockerfile = context / "Dockerfile"
-        line = "LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
-        dockerfile.write_text(dockerfile.read_text().rstrip("\n") + "\n" + line.replace("$", "\\$") + "\n")
-    stream = client.api.build(
-        path=str(context),
-        network_mode="none",
-        rm=True,
-        forcerm=True,
-        pull=False,
-        decode=True,
-        nocache=options.nocache,
+def _self_check(client, image_id: str, store: LayerStore, epoch: int, quiet: bool) -> StoredLayer:  # type: ignore[no-untyped-def]
+    """Run clean --check and doctor --static in a container of the image; keep doctor's ELF record."""
+    _say("self-check: verlenv clean --check && verlenv doctor --static", quiet)
+    container = client.containers.run(
+        image_id, ["bash", "-c", SELF_CHECK], detach=True, network_mode="none", environment={"PYTHONHASHSEED": "0"}
     )
-    for chunk in stream:
-        if "error" in chunk:
-            detail = _ANSI.sub("", chunk.get("errorDetail", {}).get("message", chunk["error"]))
-            shown = [] if not options.quiet else tail[-25:]  # the log was already streamed otherwise
-            raise CheckFailed("the image build failed; nothing was tagged:\n" + "\n".join([*shown, detail]))
-        line = _ANSI.sub("", chunk.get("stream", ""))
-        if line:
-            tail = [*tail[-60:], line.rstrip()]
-            if not options.quiet:
-                _echo(line)
-        image_id = chunk.get("aux", {}).get("ID", image_id)
-    if not image_id:
-        raise ServiceError("the engine finished the build without an image id; nothing was tagged")
-    return image_id
+    try:
+        status = container.wait(timeout=1800)
+        if status.get("StatusCode") != 0:
+            output = container.logs().decode(errors="replace").strip()
+            _forget(client, image_id)
+            raise CheckFailed("the image failed its self-check; nothing was tagged:\n" + output[-4000:])
+        files = {name: _read_file(container, f"{DEFAULT_PATH.parent}/{name}") for name in _ELF_RECORD}
+    finally:
+        container.remove(force=True)
+    folder = str(DEFAULT_PATH.parent).lstrip("/")
+    items = [Item(Entry("opt", DIR, 0o755)), Item(Entry(folder, DIR, 0o755))]
+    for name, data in sorted(files.items()):
+        digest = hashlib.sha256(data).hexdigest()
+        items.append(Item(Entry(f"{folder}/{name}", FILE, 0o644, len(data), digest), _opener(data)))
+    contents = json.dumps({n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())})
+    key = f"self-check-{hashlib.sha256(contents.encode()).hexdigest()}-{epoch}"
+    staged = store.staging("self-check")
+    return store.put(key, staged, write_layer(items, staged, epoch))
 
 
-def _echo(line: str) -> None:
-    text = line.rstrip("\n")
-    if text.startswith("Step "):
-        print(f"[build] {text}", file=sys.stderr, flush=True)
-    elif text.strip():
-        print(f"        {text}", file=sys.stderr, flush=True)
+_ELF_RECORD = ("elfscan.json", "elfscan-objects.json.gz")
 
 
-def _tag(image_id: str, profile: Profile, lock: Lock, options: BuildOptions) -> tuple[str, ...]:
-    client = ensure_engine()
-    image = client.images.get(image_id)
+def _opener(data: bytes):  # type: ignore[no-untyped-def]
+    return lambda: io.BytesIO(data)
+
+
+def _read_file(container, path: str) -> bytes:  # type: ignore[no-untyped-def]
+    stream, _ = container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.getmembers()[0]
+        handle = tar.extractfile(member)
+        if handle is None:
+            raise CheckFailed(f"the self-check left no file at {path}")
+        return handle.read()
+
+
+def _forget(client, image_id: str, keep: str = "") -> None:  # type: ignore[no-untyped-def]
+    if image_id and image_id != keep:
+        # already gone, or still used by a container: harmless either way
+        with contextlib.suppress(Exception):
+            client.images.remove(image_id, force=True, noprune=False)
+
+
+def _image_record(
+    profile: Profile, lock: Lock, config: bytes, image_id: str, base: BaseImage, layers: list[NamedLayer], files: str
+) -> expected.ImageRecord:
+    body = json.loads(config)["config"]
+    # What the image is made of: the base, each layer's key (its wheels and recipe), and the config
+    # body. The self-check layer is an outcome, not an input.
+    made_of = [base.layer.diff_id, *(layer.key for layer in layers if layer.key), body]
+    inputs = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
+    records = [expected.LayerRecord("base", base.layer.diff_id, base.layer.size, expected.groups(base.layer.entries()))]
+    for layer in layers:
+        stored = layer.stored
+        records.append(expected.LayerRecord(layer.name, stored.diff_id, stored.size, expected.groups(stored.entries())))
+    return expected.ImageRecord(profile.name, lock.sha256, inputs, image_id, files, body, records)
+
+
+def _check_record(
+    paths: ProjectPaths,
+    record: expected.ImageRecord,
+    layers: list[NamedLayer],
+    store: LayerStore,
+    options: BuildOptions,
+) -> str:
+    """matched (the committed record has these inputs and this image), written, or unchanged."""
+    where = record_path(paths, record.profile)
+    committed = expected.read(where)
+    entries = {layer.stored.diff_id: layer.stored.entries() for layer in layers}
+    if options.expect and options.expect != record.image_id:
+        reference = committed if committed and committed.image_id == options.expect else None
+        _refuse(record.image_id, options.expect, reference, record, entries, store, "--expect")
+    if committed and committed.inputs_sha256 == record.inputs_sha256:
+        if committed.image_id != record.image_id:
+            _refuse(record.image_id, committed.image_id, committed, record, entries, store, where.name)
+        return "matched"
+    if not options.record:
+        return "unchanged"
+    expected.write(where, record)
+    return "written"
+
+
+def _refuse(image_id: str, wanted: str, reference, record, entries, store: LayerStore, source: str) -> None:  # type: ignore[no-untyped-def]
+    lines = [f"the build gave {image_id}, but {source} expects {wanted}; nothing was tagged"]
+    if reference is not None:
+        for layer in reference.layers:
+            stored = store.by_diff_id(layer.diff_id)
+            if stored:
+                entries[layer.diff_id] = stored.entries()
+        lines += expected.explain(reference, record, entries)
+    raise IntegrityError(
+        "\n".join(lines), hint="the same inputs must give the same image: this is a reproducibility bug"
+    )
+
+
+def _tag(client, image_id: str, profile: Profile, lock: Lock, options: BuildOptions) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
     repository = image_repository(profile.name)
     tags = [f"{repository}:{lock.sha256[:12]}", f"{repository}:latest", *options.extra_tags]
     for tag in tags:
         repo, _, name = tag.rpartition(":")
-        image.tag(repo, name)
+        client.api.tag(image_id, repo, name)
     return tuple(tags)
+
+
+def _say(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[build] {message}", file=sys.stderr, flush=True)
 
 
 def summary(result: BuildResult) -> str:
     lines = [f"image {result.image_id}", *(f"tag   {t}" for t in result.tags), f"size  {result.size / 2**30:.2f} GiB"]
+    lines.append(f"files {result.files_sha256} (per-file manifest)")
+    lines.append(f"record {result.record}")
     lines.append(
         "time  "
         + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())

@@ -98,17 +98,20 @@ def save(
     errors: tuple[ObjectError, ...],
 ) -> Path:
     summary, objects = paths_for(manifest)
-    with gzip.open(objects, "wt", encoding="utf-8", compresslevel=3) as handle:
-        json.dump({full: _item_to_json(item) for full, item in items.items()}, handle)
+    # The build keeps this record as a layer of the image: the same scan must give the same bytes
+    # (sorted keys and lists, no time or file name in the gzip header).
+    text = json.dumps({full: _item_to_json(item) for full, item in items.items()}, sort_keys=True)
+    with objects.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=3) as out:
+        out.write(text.encode())
     payload = {
         "version": CACHE_VERSION,
         "keys": keys,
         "base": base_key(base),
         "torch": {"version": torch.version, "abi": torch.abi} if torch else None,
-        "verdicts": [asdict(v) for v in verdicts],
-        "errors": [[e.owner, e.path, e.error] for e in errors],
+        "verdicts": [asdict(v) for v in sorted(verdicts, key=lambda v: (v.path, v.owner))],
+        "errors": sorted([e.owner, e.path, e.error] for e in errors),
     }
-    summary.write_text(json.dumps(payload))  # written last: a summary always has its objects file
+    summary.write_text(json.dumps(payload, sort_keys=True))  # written last: a summary always has its objects file
     return summary
 
 

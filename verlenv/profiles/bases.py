@@ -1,7 +1,8 @@
 """images/bases.toml: the base images a profile may build on.
 
-Two kinds.  ``debootstrap`` bases are made here from Debian packages by ``verlenv base`` and are
-pinned by the content hash of the image that command produced.  ``registry`` bases (nvidia/cuda
+Two kinds.  ``debian`` bases are made here from Debian packages by ``verlenv base`` (mmdebstrap)
+and are pinned by the name, version and sha256 of every .deb and by the DiffID of the layer they
+make.  ``registry`` bases (nvidia/cuda
 and friends) are pulled; they must carry ``digest = "sha256:..."`` or the build refuses them
 unless the user opts out explicitly.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from verlenv.errors import ConfigError
 from verlenv.profiles.schema import Field, check_table
 
-KINDS = ("debootstrap", "registry")
+KINDS = ("debian", "registry")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+(\.\d+)+$")
 
@@ -32,6 +33,11 @@ BASE_FIELDS = {
     "packages": Field(list, item=str),
     "libraries": Field(list, item=str),
     "cuda": Field(str),
+    # recorded by `verlenv base` for debian bases: what the layer is made of, and what it came to
+    "recipe": Field(str),
+    "epoch": Field(int),
+    "debs": Field(list, item=str),
+    "diff_id": Field(str),
 }
 
 
@@ -59,6 +65,10 @@ class Base:
     mirror: str = ""
     cuda: str = ""
     packages: tuple[str, ...] = ()
+    recipe: str = ""  # hash of what the recorded debs were resolved for (suite, packages, variant)
+    epoch: int = 0  # SOURCE_DATE_EPOCH of the base layer: when its debs were resolved
+    debs: tuple[str, ...] = ()  # "NAME VERSION ARCH sha256:HEX", one per .deb
+    diff_id: str = ""  # the base layer those debs make
 
     @property
     def pinned(self) -> bool:
@@ -102,10 +112,16 @@ def _parse_base(name: str, table: object, path: Path) -> Base:
         mirror=table.get("mirror", ""),
         cuda=table.get("cuda", ""),
         packages=tuple(table.get("packages", ())),
+        recipe=table.get("recipe", ""),
+        epoch=int(table.get("epoch", 0)),
+        debs=tuple(table.get("debs", ())),
+        diff_id=table.get("diff_id", ""),
     )
 
 
-def _toml_value(value: str | list[str]) -> str:
+def _toml_value(value: str | int | list[str]) -> str:
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     items = [_toml_value(v) for v in value]
@@ -119,7 +135,7 @@ def _toml_value(value: str | list[str]) -> str:
     return "[\n" + "\n".join(lines) + "\n]"
 
 
-def record_base(path: Path, name: str, values: dict[str, str | list[str]]) -> None:
+def record_base(path: Path, name: str, values: dict[str, str | int | list[str]]) -> None:
     """Set ``values`` in the ``[bases."name"]`` table of bases.toml, keeping everything else as written."""
     from verlenv import atomic
 

@@ -26,7 +26,9 @@ from verlenv.profiles.bases import Base, load_bases
 from verlenv.profiles.schema import Field, check_table, load_toml
 
 SCHEMA_VERSION = 1
-LAYER_ORDER = ("torch", "engine", "deps", "verl", "verlenv")
+# "torch-extras" holds what the torch patterns match but torch itself does not need (torchvision,
+# CUDA compilers, ...): the torch layer stays the same across profiles that lock the same torch.
+LAYER_ORDER = ("torch", "torch-extras", "engine", "deps", "verl", "verlenv")
 DECLARED_LAYERS = ("torch", "engine", "verl")  # "deps" takes the rest, "verlenv" is always last
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PLATFORM = re.compile(r"^(x86_64|aarch64)-manylinux_2_(\d+)$")

@@ -139,3 +139,22 @@ def check_engine_gate(versions: Mapping[str, str]) -> list[MetaViolation]:
             )
         )
     return found
+
+
+def reachable(metas: Mapping[str, DistMeta], root: str, python: str, platform: str) -> set[str]:
+    """Every distribution ``root`` needs at run time on the target, itself included (extras followed,
+    markers evaluated; what the lock lacks is left out: check_requirements reports it)."""
+    env = marker_env(python, platform)
+    extras: dict[str, set[str]] = {name: set() for name in metas}
+    found: set[str] = set()
+    queue: deque[tuple[str, set[str]]] = deque([(canonicalize_name(root), set())])
+    while queue:
+        name, wanted = queue.popleft()
+        if name not in metas or (name in found and wanted <= extras[name]):
+            continue
+        found.add(name)
+        extras[name] |= wanted
+        for req in _requirements(metas[name], []):
+            if _applies(req.marker, env, extras[name]):
+                queue.append((canonicalize_name(req.name), {canonicalize_name(e) for e in req.extras}))
+    return found

@@ -1,0 +1,142 @@
+"""Installing one layer's wheels into a tree of its own, in a container of the base, with no network.
+
+The locked pip installs the layer's hashed requirements into a prefix that a bind mount brings back
+to the host (so no tree is copied between builder stages), then the image's own Python compiles the
+bytecode with hash-based validation and PYTHONHASHSEED=0, so the .pyc files are the same on every
+machine. The layer writer (tarlayer.py) turns the tree into the layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlenv.errors import CheckFailed, ConfigError
+from verlenv.image.context import VENV, requirements_text, stage_wheels
+from verlenv.image.layerstore import LayerStore, StoredLayer
+from verlenv.image.tarlayer import Item, tree_items, write_layer
+from verlenv.wheels.cache import Cache
+from verlenv.wheels.wheelhouse import HouseFile
+
+RECIPE_VERSION = 1  # bump when the install steps change what lands in a layer
+PREFIX = VENV.lstrip("/")
+_COMPILE = (
+    f"PYTHONHASHSEED=0 {VENV}/bin/python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash "
+    f"-s /out -p {VENV} /out || true"  # files meant for other Pythons (torch's py312 intrinsics) never compile
+)
+
+
+@dataclass(frozen=True)
+class Installer:
+    """What every layer of one build is installed with."""
+
+    client: object  # docker.DockerClient
+    base_ref: str
+    base_diff_id: str
+    pip: HouseFile
+    epoch: int
+    store: LayerStore
+    fresh: bool = False  # install again even when the store has the layer (--no-cache)
+
+    def key(self, name: str, payload: str) -> str:
+        blob = json.dumps(
+            {
+                "v": RECIPE_VERSION,
+                "layer": name,
+                "base": self.base_diff_id,
+                "pip": self.pip.sha256,
+                "epoch": self.epoch,
+                "venv": VENV,
+                "payload": payload,
+            },
+            sort_keys=True,
+        )
+        return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()}"
+
+
+def pip_of(files: list[HouseFile]) -> HouseFile:
+    found = [f for f in files if f.name == "pip"]
+    if not found:
+        raise ConfigError("the lock has no pip: images are installed with the locked pip", hint='add spec = "pip"')
+    return found[0]
+
+
+def venv_layer(installer: Installer, cache: Cache) -> StoredLayer:
+    """The venv itself (pyvenv.cfg, bin/python links), made by the base's own `python3 -m venv`."""
+    key = installer.key("venv", "python3 -m venv --without-pip")
+    found = None if installer.fresh else installer.store.find(key)
+    if found:
+        return found
+    script = f"set -e; python3 -m venv --without-pip {VENV}; cp -a {VENV}/. /out/"
+    return _build(installer, cache, key, "venv", script, None, ())
+
+
+def wheels_layer(
+    installer: Installer, cache: Cache, name: str, items: tuple[HouseFile, ...], extra: tuple[Item, ...] = ()
+) -> StoredLayer:
+    """The layer of ``items``, from the store when these exact wheels were installed before."""
+    payload = requirements_text(items) + "".join(f"+{i.entry.line()}\n" for i in extra)
+    key = installer.key(name, payload)
+    found = None if installer.fresh else installer.store.find(key)
+    if found:
+        return found
+    pip = f"{VENV}/bin/python3 /pip/{installer.pip.filename}/pip"  # pip runs from its own wheel
+    script = (
+        f"set -e; python3 -m venv --without-pip {VENV}; "
+        f"{pip} install -q --no-index --no-deps --require-hashes --no-compile --ignore-installed "
+        "--no-warn-script-location --disable-pip-version-check --find-links /wheels --prefix /out "
+        f"-r /wheels/requirements.txt; {_COMPILE}"
+    )
+    return _build(installer, cache, key, name, script, items, extra)
+
+
+def _build(
+    installer: Installer,
+    cache: Cache,
+    key: str,
+    name: str,
+    script: str,
+    items: tuple[HouseFile, ...] | None,
+    extra: tuple[Item, ...],
+) -> StoredLayer:
+    with tempfile.TemporaryDirectory(prefix=f"verlenv-layer-{name}-", dir=cache.tmp) as tmp:
+        wheels, out = Path(tmp) / "wheels", Path(tmp) / "out"
+        out.mkdir()
+        if items is not None:
+            stage_wheels(wheels, items)
+        else:
+            wheels.mkdir()
+        _run(installer, name, script, wheels, out)
+        staged = installer.store.staging(name)
+        info = write_layer([*tree_items(out, PREFIX), *extra], staged, installer.epoch)
+        shutil.rmtree(out, ignore_errors=True)
+    return installer.store.put(key, staged, info)
+
+
+def _run(installer: Installer, name: str, script: str, wheels: Path, out: Path) -> None:
+    client = installer.client
+    volumes = {
+        str(wheels): {"bind": "/wheels", "mode": "ro"},
+        str(installer.pip.path.parent): {"bind": "/pip", "mode": "ro"},
+        str(out): {"bind": "/out", "mode": "rw"},
+    }
+    env = {"SOURCE_DATE_EPOCH": str(installer.epoch), "PIP_NO_CACHE_DIR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    container = client.containers.run(  # type: ignore[attr-defined]
+        installer.base_ref,
+        ["sh", "-c", script],
+        detach=True,
+        network_mode="none",
+        volumes=volumes,
+        environment=env,
+    )
+    try:
+        status = container.wait(timeout=3600)
+        if status.get("StatusCode") != 0:
+            tail = container.logs().decode(errors="replace").strip().splitlines()[-25:]
+            raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
+    finally:
+        container.remove(force=True)
