@@ -99,6 +99,12 @@ def files_manifest_path(cache: Cache, image_id: str) -> Path:
     return cache.root / "images" / f"{image_id.removeprefix('sha256:')}.files.gz"
 
 
+def config_path(cache: Cache, image_id: str) -> Path:
+    """The config bytes an image's ID is the digest of: with the layer store, enough to rebuild the
+    image anywhere (`verlenv rootfs`), engine or not."""
+    return cache.root / "images" / f"{image_id.removeprefix('sha256:')}.config.json"
+
+
 def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOptions) -> BuildResult:
     timer = _Timer()
     with timer.stage("checks"):
@@ -131,6 +137,7 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     named = [*layers, NamedLayer("self-check", record_layer, "")]
     files_manifest = merge([base.layer.entries(), *(layer.stored.entries() for layer in named)])
     files_manifest.write(files_manifest_path(cache, image_id))
+    config_path(cache, image_id).write_bytes(config)
     with timer.stage("record"):
         record = _image_record(profile, lock, config, image_id, base, named, files_manifest.sha256)
         try:
@@ -240,7 +247,17 @@ def _env(profile: Profile, files: list[HouseFile], epoch: int) -> tuple[tuple[st
     if cuda_home:
         # FlashInfer, DeepGEMM and torch's cpp_extension find nvcc through CUDA_HOME: the locked one.
         env.append(("CUDA_HOME", cuda_home))
+        if _minor(files, "nvidia-cuda-nvcc") != _minor(files, "nvidia-cuda-runtime"):
+            # The lock mixes minors (torch pins the 13.0 runtime, cuda-tile[tileiras] wants nvcc 13.2):
+            # CCCL then refuses every CUDA file that includes it. Its own escape hatch, recorded in the
+            # config; doctor's jit-toolchain check says so.
+            env.append(("NVCC_APPEND_FLAGS", "-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK"))
     return tuple(env)
+
+
+def _minor(files: list[HouseFile], name: str) -> str:
+    found = next((f.version for f in files if f.name == name), "")
+    return ".".join(found.split(".")[:2])
 
 
 def _cuda_home(files: list[HouseFile], python: str) -> str:

@@ -6,6 +6,7 @@ from verlenv.inside.doctor import checks_binary as b
 from verlenv.inside.doctor import checks_flashattn as fa
 from verlenv.inside.doctor import checks_install as i
 from verlenv.inside.doctor import checks_runtime as r
+from verlenv.inside.doctor import checks_toolchain as t
 from verlenv.inside.doctor.model import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -19,11 +20,16 @@ CHECKS: tuple[Check, ...] = (
     Check("elf-abi", "Compiled extensions vs the installed torch (ELF)", b.check_elf),
     Check("import-probe", "Import of torch and compiled extension modules", b.check_imports, uses_probe=True),
     Check("stale-artifacts", "Leftovers of other versions", b.check_stale),
+    # compiles for real, in the build's self-check too: an image that cannot is never tagged
+    Check(
+        "jit-toolchain", "Run-time compilers: Triton's C, Inductor's C++, nvcc for JIT kernels", t.check_jit_toolchain
+    ),
     Check("cuda-driver", "NVIDIA driver vs the CUDA the wheels need", r.check_driver, static=False, uses_probe=True),
     Check(
         "gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False, uses_probe=True
     ),
     Check("nccl", "NCCL", r.check_nccl, static=False, uses_probe=True),
+    Check("triton-jit", "A one-kernel Triton program on the GPU", t.check_triton, static=False),
     # runs flash-attn's kernels: needs the runtime (GPU, driver), so never part of the build's --static
     Check("flash-attn", "flash-attn import, and its varlen kernels on a GPU", fa.check_flash_attn, static=False),
     Check("shm", "/dev/shm size", r.check_shm, static=False),

@@ -1,0 +1,78 @@
+"""jit-toolchain: the compilers the stack uses at run time, tried for real (C extension, C++17 with
+OpenMP, nvcc), each failure naming what is missing and the fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verlenv.inside.doctor.checks_toolchain import FIX_C, FIX_PYTHON_H, c_compiler, cuda, cxx, findings, python_include
+
+CUDA_13 = Path("/usr/local/cuda-13.0")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX", "CUDA_HOME", "CUDA_PATH", "NVCC_APPEND_FLAGS")}
+    return {**env, **extra}
+
+
+def test_a_real_c_extension_and_cxx_compile_here() -> None:
+    found = findings(_env(), python_include(), set())
+    assert [f.ok for f in found] == [True, True], [f.line for f in found]
+    assert "loaded" in found[0].line and "OpenMP" in found[1].line
+
+
+def test_no_compiler_on_path_fails_the_way_triton_would(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    found = findings(_env(PATH=str(empty)), python_include(), set())
+    assert not found[0].ok and "no C compiler (CC, gcc, clang)" in found[0].line and found[0].fix == FIX_C
+    assert not found[1].ok and "InvalidCxxCompiler" in found[1].line and "g++" in found[1].fix
+
+
+def test_cc_wins_over_gcc_as_in_triton(tmp_path: Path) -> None:
+    assert c_compiler(_env(CC="/opt/my/cc")) == "/opt/my/cc"
+    assert c_compiler(_env()) == shutil.which("gcc")
+
+
+def test_missing_python_h_is_named(tmp_path: Path) -> None:
+    found = findings(_env(), tmp_path, set())
+    assert not found[0].ok and f"no Python.h in {tmp_path}" in found[0].line and found[0].fix == FIX_PYTHON_H
+
+
+def test_a_compiler_that_cannot_build_is_reported_with_its_error(tmp_path: Path) -> None:
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'cc1: error: out of memory' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    found = findings(_env(CC=str(broken), CXX=str(broken)), python_include(), set())
+    assert not found[0].ok and "cc1: error: out of memory" in found[0].line
+    assert not found[1].ok
+
+
+def test_a_cuda_jit_package_without_nvcc_fails_naming_it(tmp_path: Path) -> None:
+    result = cuda(tmp_path, _env(), {"flashinfer-python"})
+    assert result is not None and not result.ok
+    assert "flashinfer-python compile CUDA at run time, but CUDA_HOME has no bin/nvcc (unset)" in result.line
+
+
+def test_no_cuda_users_no_cuda_check(tmp_path: Path) -> None:
+    assert cuda(tmp_path, _env(), {"torch"}) is None
+
+
+def test_the_machines_cuda_13_toolkit_preprocesses_cccl(tmp_path: Path) -> None:
+    if not (CUDA_13 / "bin" / "nvcc").is_file():
+        pytest.fail(f"{CUDA_13}/bin/nvcc is missing on this machine: this test needs a real nvcc")
+    result = cuda(tmp_path, _env(CUDA_HOME=str(CUDA_13)), {"flashinfer-python"})
+    assert result is not None and result.ok, result.line
+
+
+def test_cxx_without_openmp_support_is_caught(tmp_path: Path) -> None:
+    fake = tmp_path / "g++"
+    script = 'for a in "$@"; do [ "$a" = -fopenmp ] && { echo "error: omp.h: No such file" >&2; exit 1; }; done'
+    fake.write_text(f"#!/bin/sh\n{script}\nexit 0\n")
+    fake.chmod(0o755)
+    result = cxx(tmp_path, _env(CXX=str(fake)))
+    assert not result.ok and "omp.h" in result.line
