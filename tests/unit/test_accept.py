@@ -4,6 +4,7 @@ the gloo smoke, the memory statistics, and the vLLM backend against vLLM's inter
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -335,3 +336,74 @@ def test_defaults_an_older_sglang_does_not_know_are_left_out(monkeypatch: pytest
     make_backend(AcceptConfig(backend="sglang", device="cuda", engine_args=pairs), Path("/m"), tokenizer=None)
     assert "disable_piecewise_cuda_graph" not in seen and seen["skip_tokenizer_init"] is True
     assert seen["attention_backend"] == "triton" and seen["model_path"] == "/m"
+
+
+def test_the_rollout_engines_run_their_default_modes_unless_told() -> None:
+    """vLLM's default is torch.compile + CUDA graphs; eager is an explicit choice, never ours."""
+    from verlenv.accept.loop import AcceptConfig
+    from verlenv.accept.rollout import compiled_mode, mode_name, vllm_args
+
+    default = AcceptConfig()
+    assert "enforce_eager" not in vllm_args(Path("m"), default.engine_kwargs("vllm"))
+    assert compiled_mode("vllm", default.engine_kwargs("vllm")) and compiled_mode(
+        "sglang", default.engine_kwargs("sglang")
+    )
+    eager = AcceptConfig(eager=True)
+    assert vllm_args(Path("m"), eager.engine_kwargs("vllm"))["enforce_eager"] is True
+    assert eager.engine_kwargs("sglang") == {"disable_cuda_graph": True}
+    assert mode_name("vllm", eager.engine_kwargs("vllm")) == "vLLM eager"
+    assert mode_name("vllm", {}) == "vLLM default: torch.compile + CUDA graphs"
+
+
+def test_compiled_engines_get_a_longer_warm_up_not_a_looser_threshold() -> None:
+    from verlenv.accept.memory import THRESHOLD_MIB_PER_STEP, warmup_steps
+    from verlenv.accept.verdicts import memory_verdicts
+
+    assert warmup_steps(30, compiled=False) == 6 and warmup_steps(30, compiled=True) == 10
+    # graph pools filled over the first 13 steps, then flat: the eager warm-up would call it a leak
+    series = {"cuda_reserved_mib": [100.0 + 40 * min(i, 13) for i in range(30)]}
+    assert not all(v.passed for v in memory_verdicts(series, 30, compiled=False))
+    assert all(v.passed for v in memory_verdicts(series, 30, compiled=True))
+    leak = {"cuda_reserved_mib": [100.0 + 40 * min(i, 13) + 1.0 * i for i in range(30)]}
+    [verdict] = memory_verdicts(leak, 30, compiled=True)
+    assert not verdict.passed and verdict.threshold == THRESHOLD_MIB_PER_STEP
+
+
+def test_the_process_tree_holds_a_child_and_its_grandchild() -> None:
+    import subprocess
+    import sys
+
+    from verlenv.accept.memory import tree_pids
+
+    sleeper = "import time; time.sleep(30)"
+    script = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {sleeper!r}]); print(p.pid, flush=True); time.sleep(30)"
+    )
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        grandchild = int(child.stdout.readline())
+        try:
+            found = tree_pids(os.getpid())
+            assert {child.pid, grandchild} <= found
+            assert tree_pids(child.pid) >= {child.pid, grandchild} and os.getpid() not in tree_pids(child.pid)
+        finally:
+            subprocess.run(["kill", str(grandchild)], check=False)
+            child.kill()
+
+
+def test_verls_trainer_runs_with_verls_default_modes(tmp_path: Path) -> None:
+    from verlenv.accept.trainer import TrainerConfig, overrides
+
+    files = {k: tmp_path / k for k in ("train", "val", "model", "reward", "log")}
+    default = overrides(files, TrainerConfig())
+    joined = "\n".join(default)
+    assert "enforce_eager" not in joined and "attn_implementation" not in joined and "use_remove_padding" not in joined
+    assert "free_cache_engine" not in joined and "load_format" not in joined
+    assert "algorithm.adv_estimator=grpo" in default and "actor_rollout_ref.rollout.n=8" in default
+    gae = overrides(files, TrainerConfig(estimator="gae"))
+    assert "algorithm.adv_estimator=gae" in gae and "actor_rollout_ref.rollout.n=1" in gae
+    assert "data.train_batch_size=64" in gae
+    explicit = overrides(files, TrainerConfig(eager=True, attn="sdpa"))
+    assert "actor_rollout_ref.rollout.enforce_eager=True" in explicit
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in explicit

@@ -83,7 +83,27 @@ def accept_image(
             f"the acceptance run in {reference} produced no report (exit {status['StatusCode']}):\n{tail}"
         ) from None
     report["gpus_requested"] = use_gpu
+    # The container is the image: its tree is the image's per-file manifest, which the build recorded.
+    report["files_manifest_sha256"] = built_files_sha256(cache, image_id)
+    report["ran_in"] = {"runner": "docker"}
+    return report, store_report(cache, report)
+
+
+def built_files_sha256(cache: Cache, image_id: str) -> str:
+    """The digest of the per-file manifest the build recorded for ``image_id`` ("" if this cache lacks it)."""
+    from verlenv.image.build import files_manifest_path
+    from verlenv.image.filemanifest import FileManifest
+
+    path = files_manifest_path(cache, image_id)
+    return FileManifest.read(path).sha256 if path.is_file() else ""
+
+
+def store_report(cache: Cache, report: dict[str, Any]) -> Path:
+    """Keep a report where publish looks for it: <cache>/acceptance/<image-id>.json."""
+    image_id = str(report.get("image_id", ""))
+    if not image_id.startswith("sha256:"):
+        raise ConfigError("the acceptance report names no image ID (sha256:...)")
     target = cache.acceptance_report(image_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(target, json.dumps(report, indent=2) + "\n")
-    return report, target
+    return target

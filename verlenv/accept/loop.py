@@ -40,6 +40,11 @@ class AcceptConfig:
     world_size: int = 1  # data-parallel ranks (verlenv.accept.dp sets rank and process group)
     rank: int = 0
     engine_args: tuple[tuple[str, Any], ...] = ()  # passed to vLLM's LLM or sglang.Engine, over our defaults
+    eager: bool = False  # the engine's eager mode (no compile, no CUDA graphs): explicit, never the default
+
+    def engine_kwargs(self, engine: str) -> dict[str, Any]:
+        eager = {"vllm": {"enforce_eager": True}, "sglang": {"disable_cuda_graph": True}}.get(engine, {})
+        return {**(eager if self.eager else {}), **dict(self.engine_args)}
 
 
 @dataclass
@@ -134,9 +139,9 @@ def engine_of(config: AcceptConfig) -> str:
 def make_backend(config: AcceptConfig, model_dir: Path, tokenizer) -> RolloutBackend:  # type: ignore[no-untyped-def]
     engine = engine_of(config)
     if engine == "vllm":
-        return VLLMRollout(model_dir, tokenizer, engine_args=dict(config.engine_args))
+        return VLLMRollout(model_dir, tokenizer, engine_args=config.engine_kwargs("vllm"))
     if engine == "sglang":
-        return SGLangRollout(model_dir, tokenizer, engine_args=dict(config.engine_args))
+        return SGLangRollout(model_dir, tokenizer, engine_args=config.engine_kwargs("sglang"))
     return HFRollout(model_dir, tokenizer, config.device)
 
 

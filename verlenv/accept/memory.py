@@ -29,7 +29,7 @@ class MemorySampler:
             names += ["cuda_allocated_mib", "cuda_reserved_mib"]
             self._nvml = _nvml_handle()
             if self._nvml is not None:
-                names.append("nvml_used_mib")
+                names.append(nvml_series_name(self._nvml))
         self.series = {name: [] for name in names}
 
     def sample(self) -> dict[str, float]:
@@ -43,9 +43,7 @@ class MemorySampler:
             values["cuda_allocated_mib"] = torch.cuda.memory_allocated() / MIB
             values["cuda_reserved_mib"] = torch.cuda.memory_reserved() / MIB
             if self._nvml is not None:
-                import pynvml
-
-                values["nvml_used_mib"] = pynvml.nvmlDeviceGetMemoryInfo(self._nvml).used / MIB
+                values[nvml_series_name(self._nvml)] = nvml_used_mib(self._nvml, os.getpid())
         for name, value in values.items():
             self.series[name].append(value)
         return values
@@ -64,6 +62,59 @@ def _nvml_handle() -> object:
         return pynvml.nvmlDeviceGetHandleByIndex(index)
     except Exception:  # noqa: BLE001 - NVML is optional: the other series still gate
         return None
+
+
+def tree_pids(root: int) -> set[int]:
+    """``root`` and every process descended from it (read from /proc: engine cores, Ray workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as handle:  # noqa: PTH123 - hundreds of small reads
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, queue = {root}, [root]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            if child not in found:
+                found.add(child)
+                queue.append(child)
+    return found
+
+
+def _per_process(handle: object) -> list[object] | None:
+    import pynvml
+
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # noqa: BLE001 - some virtualized GPUs do not attribute memory to processes
+        return None
+    return procs if procs and all(p.usedGpuMemory is not None for p in procs) else None
+
+
+def nvml_series_name(handle: object) -> str:
+    """Per process tree when NVML can attribute memory (several runs may share one GPU), else device-wide."""
+    return "nvml_process_mib" if _per_process(handle) is not None else "nvml_used_mib"
+
+
+def nvml_used_mib(handle: object, root: int) -> float:
+    """GPU memory held by ``root``'s process tree; the whole device's when NVML cannot say per process."""
+    import pynvml
+
+    procs = _per_process(handle)
+    if procs is None:
+        return pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB
+    pids = tree_pids(root)
+    return sum(p.usedGpuMemory for p in procs if p.pid in pids) / MIB
+
+
+def warmup_steps(steps: int, compiled: bool) -> int:
+    """Steps left out of the memory gate. A compiled engine (torch.compile, CUDA graphs) allocates its
+    graph pools and compile workspaces over the first wake/sleep cycles: it gets a longer warm-up,
+    never a looser threshold."""
+    return max(6, steps // 3) if compiled else max(3, steps // 5)
 
 
 def theil_sen(values: list[float]) -> float:

@@ -141,18 +141,23 @@ def _engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyped-def,
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
 
+    return LLM(**vllm_args(model_dir, engine_args)), SamplingParams
+
+
+def vllm_args(model_dir: Path, engine_args: dict) -> dict:  # type: ignore[type-arg]
     args = {
         "model": str(model_dir),
         "tokenizer": str(model_dir),
         "dtype": "bfloat16",  # as verl rolls out: bf16 engine, fp32 trainer; the trainer recomputes log-probs
-        "enforce_eager": True,
+        # no enforce_eager: vLLM's default mode (torch.compile through Inductor and Triton, CUDA graphs)
+        # is what users run, and what needs a compiler in the image; eager is --engine-arg enforce_eager=true
         "gpu_memory_utilization": 0.2,
         "enable_sleep_mode": True,
         "enable_prefix_caching": False,
         "max_model_len": 64,
         "seed": 0,
     }
-    return LLM(**(args | engine_args)), SamplingParams
+    return args | engine_args
 
 
 class SGLangRollout:
@@ -226,10 +231,10 @@ def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyp
         "dtype": "bfloat16",
         "mem_fraction_static": 0.2,
         "enable_memory_saver": True,  # what release/resume_memory_occupation need (torch_memory_saver)
-        "disable_cuda_graph": True,
-        # 0.5.12 captures piecewise graphs even without CUDA graphs; the capture died in cublasGemmEx
-        # (CUBLAS_STATUS_EXECUTION_FAILED) on the H200, and SGLang's own message says to turn it off
-        "disable_piecewise_cuda_graph": True,
+        # CUDA graphs on, as verl runs SGLang by default (disable_cuda_graph = rollout.enforce_eager, False),
+        # with the attention backend verl picks: FA3's graph capture is broken on sglang>=0.5.12, so verl
+        # takes flashinfer there (verl 0.9.1 async_sglang_server.py; sglang #22800)
+        "attention_backend": _verl_attention_backend(),
         "skip_tokenizer_init": True,  # ids in, ids out: our tokenizer encodes and decodes, as for vLLM
         # flashinfer's sampling kernels compile at first use unless its prebuilt cubins are installed;
         # torch's sampling gives the same distribution and needs no compiler on the host.
@@ -238,6 +243,33 @@ def _sglang_engine(model_dir: Path, engine_args: dict):  # type: ignore[no-untyp
         "log_level": "error",
     }
     return sglang.Engine(**(_supported(args) | engine_args))
+
+
+def _verl_attention_backend() -> str:
+    try:
+        import sglang
+        from packaging.version import Version
+
+        return "flashinfer" if Version(sglang.__version__) >= Version("0.5.12") else "fa3"
+    except Exception:  # noqa: BLE001 - version unknown: SGLang's own choice
+        return ""
+
+
+def compiled_mode(backend: str, engine_args: dict) -> bool:  # type: ignore[type-arg]
+    """Does the rollout engine compile and capture CUDA graphs (the default modes), or run eager?"""
+    if backend == "vllm":
+        return not engine_args.get("enforce_eager", False)
+    if backend == "sglang":
+        return not engine_args.get("disable_cuda_graph", False)
+    return False
+
+
+def mode_name(backend: str, engine_args: dict) -> str:  # type: ignore[type-arg]
+    if backend == "vllm":
+        return "vLLM default: torch.compile + CUDA graphs" if compiled_mode(backend, engine_args) else "vLLM eager"
+    if backend == "sglang":
+        return "SGLang with CUDA graphs" if compiled_mode(backend, engine_args) else "SGLang eager"
+    return backend
 
 
 def _supported(defaults: dict) -> dict:  # type: ignore[type-arg]
@@ -250,7 +282,7 @@ def _supported(defaults: dict) -> dict:  # type: ignore[type-arg]
     except ImportError:
         return defaults
     known = {f.name for f in dataclasses.fields(ServerArgs)}
-    return {k: v for k, v in defaults.items() if k in known}
+    return {k: v for k, v in defaults.items() if k in known and v != ""}
 
 
 def engine_usable(module: str) -> bool:

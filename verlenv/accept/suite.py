@@ -91,7 +91,7 @@ def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -
             )
         )
         verdicts += [reward_verdict([r.reward for r in result.records]), finite_verdict(loop_values(result))]
-        verdicts += memory_verdicts(result.memory, config.steps)
+        verdicts += memory_verdicts(result.memory, config.steps, _compiled(result.backend, config))
         if config.lora:
             verdicts += lora_verdicts(result.lora)
     smoke = None
@@ -124,6 +124,7 @@ def run_suite(config: AcceptConfig, *, distributed: bool = True, on_step=None) -
 def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """verl's own trainer on the tiny model (accept/trainer.py), judged by the same verdicts."""
     from verlenv.accept import trainer
+    from verlenv.accept.memory import warmup_steps
 
     run = trainer.run(workdir, config, on_line)
     rewards = trainer.rewards(run.steps)
@@ -134,7 +135,7 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
     if rewards:
         values = rewards + [float(v) for s in run.steps for k, v in s["data"].items() if k in trainer.LOSSES]
         verdicts += [reward_verdict(rewards), finite_verdict(values, "scores and losses verl logged")]
-    verdicts += memory_verdicts(run.memory, len(run.steps)) if len(run.steps) >= 6 else []
+    verdicts += memory_verdicts(run.memory, len(run.steps), config.compiled) if len(run.steps) >= 6 else []
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "tool": "verlenv accept --trainer verl",
@@ -146,7 +147,13 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
         "seconds": round(run.seconds, 2),
         "config": asdict(config),
         "host": host_facts("cuda" if config.gpus else "cpu"),
-        "backend": "verl main_ppo (GRPO, FSDP actor, vLLM rollout)",
+        "backend": f"verl main_ppo ({config.estimator.upper()}, FSDP actor, vLLM rollout)",
+        "rollout_mode": "vLLM eager (rollout.enforce_eager=True)"
+        if config.eager
+        else "verl's default (compiled, CUDA graphs)",
+        "attention": config.attn or "verl's default (flash_attention_2, use_remove_padding)",
+        "memory_warmup_steps": warmup_steps(len(run.steps), config.compiled),
+        "files_manifest_sha256": os.environ.get("VERLENV_FILES_SHA256", ""),
         "algorithms": "verl",
         "verdicts": [asdict(v) for v in verdicts],
         "steps": [trainer.step_summary(s) for s in run.steps],
@@ -156,7 +163,17 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
     }
 
 
+def _compiled(backend: str, config: AcceptConfig) -> bool:
+    from verlenv.accept.rollout import compiled_mode
+
+    return compiled_mode(backend, config.engine_kwargs(backend))
+
+
 def _report(config, result, verdicts, smoke, seconds) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    from verlenv.accept.memory import warmup_steps
+    from verlenv.accept.rollout import mode_name
+
+    backend = result.backend if result else ""
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "tool": "verlenv accept",
@@ -169,6 +186,9 @@ def _report(config, result, verdicts, smoke, seconds) -> dict[str, Any]:  # type
         "config": asdict(config),
         "host": host_facts(config.device),
         "backend": result.backend if result else None,
+        "rollout_mode": mode_name(backend, config.engine_kwargs(backend)) if result else None,
+        "memory_warmup_steps": warmup_steps(config.steps, _compiled(backend, config)),
+        "files_manifest_sha256": os.environ.get("VERLENV_FILES_SHA256", ""),
         "algorithms": result.algorithms if result else None,
         "verdicts": [asdict(v) for v in verdicts],
         "steps": [asdict(r) for r in result.records] if result else [],
@@ -180,9 +200,10 @@ def _report(config, result, verdicts, smoke, seconds) -> dict[str, Any]:  # type
 
 def summary(report: dict[str, Any]) -> str:
     steps = report["steps"]
+    mode = report.get("rollout_mode") or report["backend"]
     lines = [
         f"acceptance: {'PASSED' if report['passed'] else 'FAILED'} in {report['seconds']:.1f}s "
-        f"({len(steps)} steps, backend {report['backend']}, PPO math from {report['algorithms']}, "
+        f"({len(steps)} steps, {mode}, PPO math from {report['algorithms']}, "
         f"device {report['host']['device']})"
     ]
     if steps:

@@ -37,7 +37,7 @@ MEMORY_METRICS = {
     "perf/cpu_memory_used_gb": "host_used_mib",
 }
 REWARD_METRIC = "critic/score/mean"
-GROUP = 4  # GRPO responses per prompt
+ESTIMATORS = ("grpo", "gae")
 LOSSES = ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm")
 # What a report keeps of each step: reward, losses, time, memory (verl logs ~150 metrics a step).
 SUMMARY = (
@@ -53,14 +53,25 @@ SUMMARY = (
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    steps: int = 20
-    batch: int = 64
+    """What the acceptance sets; everything else is verl's default config (rollout mode, attention,
+    remove-padding, free_cache_engine, load_format)."""
+
+    steps: int = 30
+    batch: int = 64  # responses per step
     lr: float = 2e-3
     gpus: int = 1
-    gpu_memory_utilization: float = 0.3
+    gpu_memory_utilization: float = 0.3  # a size, not a mode: runs may share a GPU
     seed: int = 0
     timeout_s: float = 1500.0
+    estimator: str = "grpo"  # grpo: groups of `group` responses; gae: PPO with verl's critic
+    group: int = 8  # GRPO responses per prompt: more samples per prompt, a steadier group baseline
+    attn: str = ""  # "" = verl's default (flash_attention_2); e.g. "sdpa" where flash-attn is absent
+    eager: bool = False  # rollout.enforce_eager=True: an explicit, non-default mode
     extra: tuple[str, ...] = ()  # more Hydra overrides, applied last
+
+    @property
+    def compiled(self) -> bool:
+        return not self.eager
 
 
 @dataclass
@@ -152,14 +163,14 @@ def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
 
 
 def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
-    """Hydra overrides for verl 0.9's main_ppo: GRPO, FSDP actor, vLLM rollout, one node."""
-    # GRPO: verl 0.9.1 loads its critic (a value-head model) with flash_attention_2 hard-coded, and
-    # the [vllm] extra brings no flash-attn; GRPO needs no critic. Groups of 4 responses a prompt.
-    prompts = max(config.gpus, config.batch // GROUP)
+    """Hydra overrides for verl 0.9's main_ppo (FSDP actor, vLLM rollout, one node): data, sizes and the
+    task; the modes stay verl's defaults unless the config asks otherwise."""
+    n = config.group if config.estimator == "grpo" else 1
+    prompts = max(config.gpus, config.batch // n)
     mini = max(config.gpus, prompts // 2)
-    micro = max(1, mini * GROUP // (2 * config.gpus))
+    micro = max(1, mini * n // (2 * config.gpus))
     return [
-        "algorithm.adv_estimator=grpo",
+        f"algorithm.adv_estimator={config.estimator}",
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",
         f"data.train_batch_size={prompts}",
@@ -168,10 +179,7 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         "data.dataloader_num_workers=0",
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={files['model']}",
-        # verl defaults to flash_attention_2, which the [vllm] extra does not bring (its [fsdp] extra does)
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "+critic.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.model.use_remove_padding=False",
+        *_attention(config),
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
@@ -181,13 +189,10 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={config.gpu_memory_utilization}",
-        "actor_rollout_ref.rollout.enforce_eager=True",
-        "actor_rollout_ref.rollout.free_cache_engine=True",
-        "actor_rollout_ref.rollout.load_format=auto",
-        f"actor_rollout_ref.rollout.n={GROUP}",
+        *(["actor_rollout_ref.rollout.enforce_eager=True"] if config.eager else []),
+        f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"critic.model.path={files['model']}",
-        "critic.model.use_remove_padding=False",
         f"critic.optim.lr={config.lr * 3}",
         f"critic.ppo_micro_batch_size_per_gpu={micro}",
         f"reward.custom_reward_function.path={files['reward']}",
@@ -197,7 +202,7 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         "trainer.critic_warmup=0",
         "trainer.logger=[console,file]",
         "trainer.project_name=verlenv-accept",
-        "trainer.experiment_name=tiny",
+        f"trainer.experiment_name=tiny-{config.estimator}",
         "trainer.nnodes=1",
         f"trainer.n_gpus_per_node={config.gpus}",
         "trainer.val_before_train=False",
@@ -208,6 +213,19 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         f"trainer.total_training_steps={config.steps}",
         f"trainer.default_local_dir={files['model'].parent / 'checkpoints'}",
         *config.extra,
+    ]
+
+
+def _attention(config: TrainerConfig) -> list[str]:
+    """verl's default attention (flash_attention_2, remove-padding on) unless asked for another. verl 0.9.1
+    loads the critic's value-head model with flash_attention_2 itself, so a critic needs flash-attn."""
+    if not config.attn:
+        return []
+    return [
+        f"+actor_rollout_ref.model.override_config.attn_implementation={config.attn}",
+        f"+critic.model.override_config.attn_implementation={config.attn}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "critic.model.use_remove_padding=False",
     ]
 
 
@@ -246,14 +264,17 @@ def dry_run(files: dict[str, Path], config: TrainerConfig) -> dict[str, Any]:
 
 
 class _StepWatcher(threading.Thread):
-    """Samples NVML every time verl's file logger writes a step, so GPU memory lines up with steps."""
+    """Samples NVML every time verl's file logger writes a step, so GPU memory lines up with steps: the
+    memory of this run's process tree (Ray workers descend from main_ppo), so runs can share a GPU."""
 
     def __init__(self, log: Path, interval_s: float = 0.25) -> None:
         super().__init__(daemon=True)
         self.log, self.interval_s = log, interval_s
         self.samples: list[float] = []
         self.stop = threading.Event()
+        self.root = os.getpid()
         self._handle = _nvml()
+        self.series_name = _series_name(self._handle)
 
     def run(self) -> None:
         seen = 0
@@ -261,14 +282,13 @@ class _StepWatcher(threading.Thread):
             lines = _read_lines(self.log)
             while seen < len(lines):
                 seen += 1
-                self.samples.append(_nvml_used_mib(self._handle))
+                self.samples.append(_nvml_used_mib(self._handle, self.root))
 
 
 def run(workdir: Path, config: TrainerConfig, on_line=None) -> TrainerRun:  # type: ignore[no-untyped-def]
     files = prepare(workdir, config)
     args = overrides(files, config)
     watcher = _StepWatcher(files["log"])
-    watcher.start()
     started = time.perf_counter()
     tail: list[str] = []
     with subprocess.Popen(
@@ -279,6 +299,8 @@ def run(workdir: Path, config: TrainerConfig, on_line=None) -> TrainerRun:  # ty
         stderr=subprocess.STDOUT,
         text=True,
     ) as proc:
+        watcher.root = proc.pid
+        watcher.start()
         assert proc.stdout is not None
         deadline = started + config.timeout_s
         for line in proc.stdout:
@@ -293,10 +315,13 @@ def run(workdir: Path, config: TrainerConfig, on_line=None) -> TrainerRun:  # ty
     watcher.stop.set()
     watcher.join()
     steps = [json.loads(line) for line in _read_lines(files["log"])]
-    return TrainerRun(code, time.perf_counter() - started, steps, memory_series(steps, watcher.samples), args, tail)
+    memory = memory_series(steps, watcher.samples, watcher.series_name)
+    return TrainerRun(code, time.perf_counter() - started, steps, memory, args, tail)
 
 
-def memory_series(steps: list[dict[str, Any]], nvml: list[float]) -> dict[str, list[float]]:
+def memory_series(
+    steps: list[dict[str, Any]], nvml: list[float], nvml_name: str = "nvml_process_mib"
+) -> dict[str, list[float]]:
     """verl's per-step memory metrics in MiB, plus NVML samples taken as each step was logged."""
     series: dict[str, list[float]] = {}
     for metric, name in MEMORY_METRICS.items():
@@ -304,7 +329,7 @@ def memory_series(steps: list[dict[str, Any]], nvml: list[float]) -> dict[str, l
         if values:
             series[name] = values
     if nvml and all(v >= 0 for v in nvml):
-        series["nvml_used_mib"] = nvml
+        series[nvml_name] = nvml
     return series
 
 
@@ -343,9 +368,17 @@ def _nvml() -> object:
         return None
 
 
-def _nvml_used_mib(handle: object) -> float:
+def _series_name(handle: object) -> str:
+    if handle is None:
+        return "nvml_used_mib"
+    from verlenv.accept.memory import nvml_series_name
+
+    return nvml_series_name(handle)
+
+
+def _nvml_used_mib(handle: object, root: int) -> float:
     if handle is None:
         return -1.0
-    import pynvml
+    from verlenv.accept.memory import nvml_used_mib
 
-    return pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+    return nvml_used_mib(handle, root)

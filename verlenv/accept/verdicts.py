@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verlenv.accept.loop import LoopResult
-from verlenv.accept.memory import gate
+from verlenv.accept.memory import gate, warmup_steps
 
 REWARD_MARGIN = 0.15  # chance level is 8/48 = 0.17; a policy that learned the task sits near 1.0
 WINDOW = 5
@@ -65,8 +65,8 @@ def lora_verdicts(facts: dict[str, Any]) -> list[Verdict]:
     ]
 
 
-def memory_verdicts(series: dict[str, list[float]], steps: int) -> list[Verdict]:
-    warmup = max(3, steps // 5)
+def memory_verdicts(series: dict[str, list[float]], steps: int, compiled: bool = False) -> list[Verdict]:
+    warmup = warmup_steps(steps, compiled)
     return [
         Verdict(
             f"memory-{v.series}",

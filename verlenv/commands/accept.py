@@ -68,6 +68,32 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --trainer verl: compose and validate the config with verl's own Hydra files, then stop",
     )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="run the rollout engine eager (vLLM enforce_eager, SGLang disable_cuda_graph, verl "
+        "rollout.enforce_eager): an explicit non-default mode; by default the engines compile and capture CUDA graphs",
+    )
+    parser.add_argument(
+        "--estimator",
+        choices=("grpo", "gae"),
+        default="grpo",
+        help="with --trainer verl: grpo (groups of --group responses) or gae (PPO with verl's critic, which verl "
+        "0.9.1 loads with flash_attention_2)",
+    )
+    parser.add_argument("--group", type=int, default=8, help="with --trainer verl and grpo: responses per prompt")
+    parser.add_argument(
+        "--attn",
+        default="",
+        help="with --trainer verl: attn_implementation for actor and critic instead of verl's default "
+        "(flash_attention_2 with remove-padding), e.g. sdpa where flash-attn is not installed",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.3,
+        help="with --trainer verl: the rollout's share of GPU memory (lower it to run several on one GPU)",
+    )
     parser.add_argument("--gpus", type=int, default=1, help="with --trainer verl: GPUs on this node (default 1)")
     parser.add_argument("--workdir", type=Path, help="with --trainer verl: keep model, data and logs here")
     parser.add_argument("--report", type=Path, default=Path("acceptance-report.json"), help="where to write JSON")
@@ -93,6 +119,7 @@ def execute(args: argparse.Namespace) -> int:
         seed=args.seed,
         prefer_verl=not args.no_verl,
         engine_args=engine_args(args.engine_arg),
+        eager=args.eager,
     )
 
     def progress(record) -> None:  # type: ignore[no-untyped-def]
@@ -136,7 +163,17 @@ def _verl_trainer(args: argparse.Namespace) -> int:
     from verlenv.accept import trainer
     from verlenv.accept.suite import run_trainer_suite
 
-    config = trainer.TrainerConfig(steps=args.steps, batch=args.batch, gpus=args.gpus, seed=args.seed)
+    config = trainer.TrainerConfig(
+        steps=args.steps,
+        batch=args.batch,
+        gpus=args.gpus,
+        seed=args.seed,
+        estimator=args.estimator,
+        group=args.group,
+        attn=args.attn,
+        eager=args.eager,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="verlenv-verl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
