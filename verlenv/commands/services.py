@@ -13,7 +13,7 @@ from verlenv.output import print_json, table
 NAME = "services"
 HELP = (
     "Install (apt) and start the host services: Docker engine (dockerd --bridge=none "
-    "--iptables=false), debootstrap, and with --registry a Distribution registry on "
+    "--iptables=false), mmdebstrap, bubblewrap, and with --registry a Distribution registry on "
     "127.0.0.1:PORT. Idempotent; needs root on a fresh machine. `status` only reports."
 )
 REGISTRY_PID = services.STATE_DIR / "registry.pid"

@@ -1,4 +1,4 @@
-"""Dev and build-host services: Docker engine, a loopback registry, debootstrap.
+"""Dev and build-host services: Docker engine, a loopback registry, mmdebstrap, bubblewrap.
 
 Everything here works on a fresh Debian machine as root: missing programs are installed with
 apt, the engine is started with no default bridge and no iptables rules (builds and runs use
@@ -24,7 +24,12 @@ from typing import IO
 from verlenv.errors import ServiceError
 from verlenv.loopback import free_port
 
-APT_PACKAGES = {"dockerd": "docker.io", "docker-registry": "docker-registry", "debootstrap": "debootstrap"}
+APT_PACKAGES = {
+    "dockerd": "docker.io",
+    "docker-registry": "docker-registry",
+    "mmdebstrap": "mmdebstrap",  # the Debian base, reproducibly (SOURCE_DATE_EPOCH)
+    "bwrap": "bubblewrap",  # running an image's tree with no engine (accept-image --rootfs)
+}
 DOCKERD_ARGS = ("--bridge=none", "--iptables=false")
 STATE_DIR = Path(os.environ.get("VERLENV_STATE_DIR", "/var/lib/verlenv"))
 DOCKERD_LOG = STATE_DIR / "dockerd.log"
@@ -41,7 +46,7 @@ def missing_programs(programs: tuple[str, ...] = tuple(APT_PACKAGES)) -> list[st
 
 
 def ensure_programs(programs: tuple[str, ...] = tuple(APT_PACKAGES)) -> None:
-    """apt-get install whatever of dockerd / docker-registry / debootstrap is missing."""
+    """apt-get install whatever of dockerd / docker-registry / mmdebstrap / bwrap is missing."""
     missing = missing_programs(programs)
     if not missing:
         return

@@ -1,0 +1,146 @@
+"""verlenv rootfs: an image's root filesystem without a container engine, proven to be the image's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from verlenv.errors import CheckFailed, ConfigError, IntegrityError
+
+NAME = "rootfs"
+HELP = (
+    "An image's root filesystem on a host with no container engine (HPC GPU nodes). `materialize` unpacks the "
+    "image's layers from the build cache into a folder; `pack` writes only the files a target lacks (given the "
+    "target's `inventory` of installed distributions) as checked, xz-compressed parts with the image's config and "
+    "per-file manifest; `apply` (on the target, standard library only: python3 -m verlenv.image.rootfs apply ...) "
+    "makes the tree from them; `verify` compares a tree with the image's per-file manifest (path, type, mode, "
+    "owner, size, sha256) and exits 6 naming the first paths that differ."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    from verlenv.commands.options import add_cache_option, add_profile_option
+
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    mat = sub.add_parser("materialize", help="unpack a built image's layers into DIR")
+    pack = sub.add_parser("pack", help="the files a target lacks, as parts, with the image's manifest")
+    verify = sub.add_parser("verify", help="check that DIR is exactly the image's tree")
+    inv = sub.add_parser("inventory", help="(on the target) list the files its installed distributions hold")
+    apply = sub.add_parser("apply", help="(on the target) make the image's tree from a pack and its own files")
+    for action in (mat, pack, verify):
+        add_profile_option(action, "profile whose built image to use")
+        action.add_argument("--image", default="", help="image ID (default: the profile's lockfiles/NAME.image.json)")
+        add_cache_option(action)
+    mat.add_argument("dir", type=Path)
+    pack.add_argument("--have", type=Path, required=True, help="the target's inventory (.json.gz)")
+    pack.add_argument("--out", type=Path, required=True, help="folder for rootfs.json, files.gz and the parts")
+    pack.add_argument("--part-mib", type=int, default=58, help="largest part in MiB (default 58)")
+    verify.add_argument("dir", type=Path)
+    verify.add_argument("--bundle", type=Path, help="take the manifest from a pack folder instead of the cache")
+    inv.add_argument("out", type=Path, help="where to write the inventory (.json.gz)")
+    apply.add_argument("bundle", type=Path)
+    apply.add_argument("dir", type=Path)
+    apply.add_argument("inventory", type=Path)
+    parser.add_argument("--json", action="store_true", help="machine-readable result")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from verlenv.image import rootfs
+
+    try:
+        result = _ACTIONS[args.action](args)
+    except rootfs.RootfsError as exc:
+        raise IntegrityError(str(exc)) from None
+    print(json.dumps(result, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+def _image(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from verlenv.commands.options import cache_of, profile_of
+    from verlenv.image import expected
+    from verlenv.image.build import record_path
+    from verlenv.image.stored import stored_image
+    from verlenv.paths import find_root
+
+    image_id = args.image
+    if not image_id:
+        paths = find_root()
+        name = profile_of(args, paths)
+        record = expected.read(record_path(paths, name))
+        if record is None:
+            raise ConfigError(f"no lockfiles/{name}.image.json", hint=f"verlenv build --profile {name}")
+        image_id = record.image_id
+    return stored_image(cache_of(args), image_id)
+
+
+def _materialize(args: argparse.Namespace) -> dict[str, object]:
+    from verlenv.image import rootfs
+
+    image = _image(args)
+    rootfs.materialize(image.layer_paths, args.dir)
+    rootfs.verify_tree(args.dir, image.manifest())
+    return {"image_id": image.image_id, "dir": str(args.dir), "files_sha256": image.manifest().sha256}
+
+
+def _pack(args: argparse.Namespace) -> dict[str, object]:
+    from verlenv.image import rootfs
+
+    image = _image(args)
+    have = rootfs.read_gz_json(args.have)
+    print(f"[rootfs] packing {image.image_id[:19]} for a target holding {len(have)} files", file=sys.stderr)
+    bundle = rootfs.pack(
+        image.manifest(), image.layer_paths, image.config, image.image_id, have, args.out, args.part_mib << 20
+    )
+    parts = [p for g in bundle.groups for p in g.parts]
+    return {
+        "image_id": image.image_id,
+        "files_sha256": bundle.files_sha256,
+        "reused_files": len(bundle.reuse),
+        "reused_bytes": sum(size for _, _, size in bundle.reuse),
+        "carried_files": sum(g.files for g in bundle.groups),
+        "carried_bytes": sum(g.bytes for g in bundle.groups),
+        "parts": len(parts),
+        "parts_bytes": sum(p.size for p in parts),
+    }
+
+
+def _verify(args: argparse.Namespace) -> dict[str, object]:
+    from verlenv.image import rootfs
+    from verlenv.image.filemanifest import FileManifest
+
+    if args.bundle:
+        bundle = rootfs.Bundle.from_json((args.bundle / rootfs.MANIFEST_NAME).read_text())
+        manifest, image_id = FileManifest.read(args.bundle / "files.gz"), bundle.image_id
+    else:
+        image = _image(args)
+        manifest, image_id = image.manifest(), image.image_id
+    rootfs.verify_tree(args.dir, manifest)
+    return {"image_id": image_id, "dir": str(args.dir), "files_sha256": manifest.sha256, "identical": True}
+
+
+def _inventory(args: argparse.Namespace) -> dict[str, object]:
+    from verlenv.image import rootfs
+
+    code = rootfs.main(["inventory", str(args.out)])
+    if code:
+        raise CheckFailed("inventory failed")
+    return {"inventory": str(args.out), "files": len(rootfs.read_gz_json(args.out))}
+
+
+def _apply(args: argparse.Namespace) -> dict[str, object]:
+    from verlenv.image import rootfs
+
+    manifest = rootfs.apply(args.bundle, args.dir, rootfs.read_gz_json(args.inventory))
+    rootfs.verify_tree(args.dir, manifest)
+    return {"dir": str(args.dir), "files_sha256": manifest.sha256, "identical": True}
+
+
+_ACTIONS = {
+    "materialize": _materialize,
+    "pack": _pack,
+    "verify": _verify,
+    "inventory": _inventory,
+    "apply": _apply,
+}
