@@ -1,4 +1,4 @@
-"""A PEP 503 package index on 127.0.0.1 serving files from a directory, with HTTP Range support."""
+"""A PEP 503 package index on 127.0.0.1 serving the wheels and sdists of a directory, with HTTP Range support."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -30,8 +30,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _project(self, name: str) -> None:
         links = []
-        for wheel in sorted(self.root.glob("*.whl")):
-            if canonicalize_name(parse_wheel_filename(wheel.name)[0]) == canonicalize_name(name):
+        for wheel in sorted([*self.root.glob("*.whl"), *self.root.glob("*.tar.gz")]):
+            parse = parse_sdist_filename if wheel.name.endswith(".tar.gz") else parse_wheel_filename
+            if canonicalize_name(parse(wheel.name)[0]) == canonicalize_name(name):
                 digest = self.fake_hashes.get(wheel.name) or hashlib.sha256(wheel.read_bytes()).hexdigest()
                 links.append(f'<a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>')
         if not links:

@@ -94,8 +94,8 @@ def test_partial_download_resumes_with_range(tmp_path, wheels, monkeypatch) -> N
 
 
 def test_choose_prefers_the_best_wheel_for_the_platform() -> None:
+    from verlenv.lock.index import IndexFile
     from verlenv.lock.lockfile import LockedDist
-    from verlenv.wheels.index import IndexFile
 
     tags = target_tags("3.11", "x86_64-manylinux_2_36")
     files = [

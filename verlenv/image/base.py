@@ -34,6 +34,7 @@ class BaseImage:
     epoch: int
     resolved: bool  # the debs were (re-)resolved from the mirror in this run
     facts: BaseFacts
+    debs: tuple[str, ...] = ()  # "NAME VERSION ARCH sha256:HEX" of every .deb in the layer
 
 
 def reference(base: Base, diff_id: str) -> str:
@@ -74,7 +75,7 @@ def make_base(
         record_base(bases_file, name, _facts_record(layer.diff_id, facts))
         base = load_bases(bases_file)[name]
     image_id = _load(base, layer)
-    return BaseImage(name, reference(base, layer.diff_id), image_id, layer, base.epoch, resolved, facts)
+    return BaseImage(name, reference(base, layer.diff_id), image_id, layer, base.epoch, resolved, facts, base.debs)
 
 
 def _debian_base(bases_file: Path, name: str) -> Base:

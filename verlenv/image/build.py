@@ -118,12 +118,18 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     client = ensure_engine()
     pip = install.pip_of(files)
     installer = install.Installer(client, base.reference, base.layer.diff_id, pip, epoch, store, options.nocache)
+    env = _env(profile, files, epoch)
+    with timer.stage("layers"):
+        done = _install(profile, files, installer, cache, {}, None, options.quiet)
+    if profile.builds:
+        with timer.stage("extensions"):
+            lower = _build_env_layers(profile, files, installer, cache, done)
+            files = _extensions(paths, profile, files, base, lower, dict(env), cache, options.quiet)
     manifest = _manifest(profile, lock, verify_sha, files, base, epoch)
     with timer.stage("layers"):
-        layers = _layers(profile, files, installer, cache, manifest, options.quiet)
-    spec = oci.ImageSpec(
-        env=_env(profile, files, epoch), labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch
-    )
+        done = _install(profile, files, installer, cache, done, manifest, options.quiet)
+        layers = [done["venv"], *(done[name] for name in group_layers(profile, files))]
+    spec = oci.ImageSpec(env=env, labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch)
     with timer.stage("load"):
         first = _stack(base, layers)
         checked = oci.load(client, oci.config_bytes(spec, first), first)
@@ -175,7 +181,11 @@ def _wheels(profile: Profile, lock: Lock, cache: Cache) -> list[HouseFile]:
     # Missing files are fetched (and hash-checked) first; installing has no network.
     house = fill(profile, lock, cache, quiet=True)
     tags = target_tags(profile.python, profile.platform)
-    return [f if f.is_wheel else wheel_from_sdist(f, cache, tags, profile.python) for f in house.files]
+    # A declared extension stays an sdist here: it is built against the image's own lower layers.
+    return [
+        f if f.is_wheel or profile.build_of(f.name) else wheel_from_sdist(f, cache, tags, profile.python)
+        for f in house.files
+    ]
 
 
 def _manifest(
@@ -199,23 +209,103 @@ def _manifest(
     )
 
 
-def _layers(
+def _install(
     profile: Profile,
     files: list[HouseFile],
     installer: install.Installer,
     cache: Cache,
-    manifest: Manifest,
+    done: dict[str, NamedLayer],
+    manifest: Manifest | None,
     quiet: bool,
-) -> list[NamedLayer]:
-    layers = [NamedLayer("venv", install.venv_layer(installer, cache), "venv")]
+) -> dict[str, NamedLayer]:
+    """Install every layer not yet done whose wheels all exist; verlenv's only once the manifest does."""
+    done = dict(done) or {"venv": NamedLayer("venv", install.venv_layer(installer, cache), "venv")}
     for name, items in group_layers(profile, files).items():
-        extra = _manifest_items(manifest) if name == "verlenv" else ()
+        if name in done or not all(h.is_wheel for h in items) or (name == "verlenv" and manifest is None):
+            continue
+        extra = _manifest_items(manifest) if name == "verlenv" and manifest else ()
         size = sum(h.path.stat().st_size for h in items)
         _say(f"layer {name}: {len(items)} wheel(s), {size / 2**30:.2f} GiB", quiet)
         stored = install.wheels_layer(installer, cache, name, items, extra)
         _say(f"layer {name}: {stored.diff_id[:19]} ({stored.size / 2**30:.2f} GiB)", quiet)
-        layers.append(NamedLayer(name, stored, name))
-    return layers
+        done[name] = NamedLayer(name, stored, name)
+    return done
+
+
+def _extensions(
+    paths: ProjectPaths,
+    profile: Profile,
+    files: list[HouseFile],
+    base: BaseImage,
+    done: list[NamedLayer],
+    env: dict[str, str],
+    cache: Cache,
+    quiet: bool,
+) -> list[HouseFile]:
+    """Build the profile's declared extensions in an image of its lower layers; return the files with
+    each built wheel in place of its sdist."""
+    from verlenv.image import extbuild
+    from verlenv.wheels.builtrecord import builds_path
+
+    stack = [oci.Layer(base.layer.diff_id, base.layer.path, f"verlenv base {base.name}")]
+    stack += [oci.Layer(layer.stored.diff_id, layer.stored.path, f"verlenv layer {layer.name}") for layer in done]
+    client = ensure_engine()
+    spec = oci.ImageSpec(env=tuple(env.items()), labels=(("io.verlenv.build-env", profile.name),), epoch=0)
+    image_id = oci.load(client, oci.config_bytes(spec, stack), stack)
+    build_env = extbuild.BuildEnv(image_id, env, _build_inputs(files, base))
+    replaced = []
+    for house in files:
+        build = profile.build_of(house.name)
+        if build is None or house.is_wheel:
+            replaced.append(house)
+            continue
+        record = builds_path(paths, profile.name)
+        replaced.append(extbuild.built_wheel(client, build, house, build_env, cache, record, quiet))
+    return replaced
+
+
+def _build_env_layers(
+    profile: Profile, files: list[HouseFile], installer: install.Installer, cache: Cache, done: dict[str, NamedLayer]
+) -> list[NamedLayer]:
+    """venv, torch, torch-extras and deps as the build environment; a layer that waits for a built
+    wheel (an extension with no layer pattern lands in deps) goes in without it, as its own layer."""
+    groups = group_layers(profile, files)
+    lower = [done["venv"]]
+    for name in ("torch", "torch-extras", "deps"):
+        if name in done:
+            lower.append(done[name])
+        elif name in groups:
+            wheels = tuple(h for h in groups[name] if h.is_wheel)
+            lower.append(NamedLayer(f"{name}-for-build", install.wheels_layer(installer, cache, name, wheels), ""))
+    return lower
+
+
+# What an extension build is compiled with, by sha256: torch (its version, CUDA and C++ ABI), the
+# CUDA compiler and headers, the build tools; plus the base's Python and gcc, by Debian version.
+_BUILD_TOOLS = (
+    "torch",
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+    "setuptools",
+    "wheel",
+    "ninja",
+    "pip",
+    "packaging",
+    "psutil",
+)
+_BASE_TOOLS = ("python3.11", "libpython3.11-dev", "gcc-12", "g++-12", "libc6-dev", "libstdc++-12-dev")
+
+
+def _build_inputs(files: list[HouseFile], base: BaseImage) -> dict[str, str]:
+    inputs = {f.name: f"{f.version} sha256:{f.sha256}" for f in files if f.name in _BUILD_TOOLS}
+    for line in base.debs:
+        name, version = line.split()[:2]
+        if name in _BASE_TOOLS:
+            inputs[f"deb:{name}"] = version
+    return dict(sorted(inputs.items()))
 
 
 def _manifest_items(manifest: Manifest) -> tuple[Item, ...]:

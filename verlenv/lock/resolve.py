@@ -35,7 +35,7 @@ def resolve(profile: Profile, paths: ProjectPaths) -> Path:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="verlenv-lock-") as tmp:
         work = Path(tmp)
-        body = _compile(profile, uv, work)
+        body = _compile(profile, uv, work) + _builds(profile)
     header = LockHeader(
         profile=profile.name,
         profile_sha256=profile.sha256(),
@@ -53,6 +53,7 @@ def resolve(profile: Profile, paths: ProjectPaths) -> Path:
             f"uv produced an unusable lock for {profile.name}; nothing written.\n{exc.message}"
         ) from None
     _check_components(profile, lock, target)
+    _check_build_requires(profile, lock, target)
     atomic.write_text(target, text)
     _progress(
         f"{profile.name}: {len(lock.dists)} distributions locked in {time.monotonic() - started:.1f}s -> {target}"
@@ -95,6 +96,20 @@ def _compile(profile: Profile, uv: str, work: Path) -> str:
     return (work / "out.txt").read_text()
 
 
+def _builds(profile: Profile) -> str:
+    """The sdists the profile builds itself, locked by hash like everything else."""
+    from verlenv.lock.index import sdist_of
+
+    text = ""
+    for build in profile.builds:
+        sdist = sdist_of(build.name, build.version, profile.exclude_newer)
+        _progress(f"{profile.name}: {build.pin} is built from {sdist.filename} (sha256 {sdist.sha256[:16]})")
+        archs = ", ".join(f"sm_{a}" for a in build.cuda_archs)
+        text += f"{build.pin} \\\n    --hash=sha256:{sdist.sha256}\n"
+        text += f"    # built here from its sdist for {archs} ([[builds]])\n"
+    return text
+
+
 def _pip_download(profile: Profile, dest: Path) -> Path:
     """Fetch sources.pip_download with pip, so pip's own configuration says where from."""
     dest.mkdir()
@@ -115,6 +130,18 @@ def _check_components(profile: Profile, lock_obj: Lock, target: Path) -> None:
                 f"profile {profile.name} promises {name} {wanted} but uv resolved {got or 'no ' + name}; "
                 f"nothing written to {target}",
                 hint="fix the requirements or the components table of the profile",
+            )
+
+
+def _check_build_requires(profile: Profile, lock_obj: Lock, target: Path) -> None:
+    for build in profile.builds:
+        # ninja: torch's BuildExtension compiles in parallel with it, and a killed build resumes
+        missing = [name for name in (*build.requires, "ninja") if lock_obj.version_of(name) is None]
+        if missing:
+            raise ResolutionError(
+                f"profile {profile.name} builds {build.pin}, which needs {', '.join(missing)}; the lock has none; "
+                f"nothing written to {target}",
+                hint="add them to the profile's requirements (ninja builds in parallel and resumes a killed build)",
             )
 
 

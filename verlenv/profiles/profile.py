@@ -52,11 +52,21 @@ PROFILE_FIELDS = {
     "sources": Field(dict),
     "waivers": Field(list, item=dict),
     "overrides": Field(list, item=dict),
+    "builds": Field(list, item=dict),
 }
 ENGINES = ("vllm", "sglang", "none")  # the rollout engine an image is for
 WAIVER_FIELDS = {"object": Field(str, required=True), "why": Field(str, required=True)}
 REQUIREMENT_FIELDS = {"spec": Field(str, required=True), "why": Field(str, required=True)}
 LAYER_FIELDS = {name: Field(list, item=str) for name in DECLARED_LAYERS}
+BUILD_FIELDS = {
+    "name": Field(str, required=True),
+    "version": Field(str, required=True),
+    "cuda_archs": Field(list, required=True, item=str),  # [] for a C++-only extension
+    "requires": Field(list, item=str),
+    "env": Field(list, item=str),
+    "why": Field(str, required=True),
+}
+_ARCH = re.compile(r"^\d{2,3}a?$")
 SOURCE_FIELDS = {
     "pip_download": Field(list, item=str),
     "find_links": Field(list, item=str),
@@ -81,6 +91,26 @@ class PinnedRequirement:
 @dataclass(frozen=True)
 class Override(PinnedRequirement):
     """A pin that beats what a dependency declares (uv --override), and why it must."""
+
+
+@dataclass(frozen=True)
+class ExtensionBuild:
+    """A compiled extension that ships only as an sdist (flash-attn): locked by the sdist's hash and built
+    here, without network, against the profile's own torch and nvcc, for the CUDA architectures named."""
+
+    name: str
+    version: str
+    cuda_archs: tuple[str, ...]
+    requires: tuple[str, ...]  # what it needs at run time; the lock must hold each
+    env: tuple[tuple[str, str], ...]  # build flags, as the package's setup.py reads them
+    why: str
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def inputs(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "archs": list(self.cuda_archs), "env": list(self.env)}
 
 
 @dataclass(frozen=True)
@@ -118,6 +148,7 @@ class Profile:
     waivers: tuple[tuple[str, str], ...] = ()  # (glob over a shared object's path, reason) for verify
     engine: str = "none"
     overrides: tuple[Override, ...] = ()
+    builds: tuple[ExtensionBuild, ...] = ()
 
     @property
     def is_cpu(self) -> bool:
@@ -139,8 +170,10 @@ class Profile:
     def lock_inputs(self) -> dict[str, Any]:
         """Everything the resolver sees; the lock is stale when the hash of this changes."""
         overrides = {"overrides": [o.spec for o in self.overrides]} if self.overrides else {}
+        builds = {"builds": [b.inputs() for b in self.builds]} if self.builds else {}
         return {
             **overrides,
+            **builds,
             "schema_version": SCHEMA_VERSION,
             "python": self.python,
             "platform": self.platform,
@@ -154,6 +187,10 @@ class Profile:
     def sha256(self) -> str:
         blob = json.dumps(self.lock_inputs(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def build_of(self, dist_name: str) -> ExtensionBuild | None:
+        name = canonicalize_name(dist_name)
+        return next((b for b in self.builds if b.name == name), None)
 
     def layer_of(self, dist_name: str) -> str:
         name = canonicalize_name(dist_name)
@@ -224,6 +261,7 @@ def parse_profile(path: Path, bases: dict[str, Base]) -> Profile:
         waivers=_parse_waivers(data.get("waivers", []), path),
         engine=_check_engine(data["engine"], components, path),
         overrides=_parse_overrides(data.get("overrides", []), path),
+        builds=_parse_builds(data.get("builds", []), data["cuda"], path),
     )
 
 
@@ -369,6 +407,32 @@ def _parse_overrides(items: list[dict[str, Any]], path: Path) -> tuple[Override,
             raise ConfigError(f"{path}: '{where}.why' is empty; an override must say why it beats the declared pin")
         overrides.append(Override(table["spec"], table["why"]))
     return tuple(overrides)
+
+
+def _parse_builds(items: list[dict[str, Any]], cuda: str, path: Path) -> tuple[ExtensionBuild, ...]:
+    builds = []
+    for index, table in enumerate(items):
+        where = f"builds[{index}]"
+        check_table(table, BUILD_FIELDS, path, where)
+        if cuda == "none" and table["cuda_archs"]:
+            raise ConfigError(f"{path}: '{where}' builds CUDA code, but the profile's cuda is \"none\"")
+        bad = [a for a in table["cuda_archs"] if not _ARCH.match(a)]
+        if bad:
+            raise ConfigError(
+                f"{path}: '{where}.cuda_archs' must list compute capabilities like \"90\", got {bad or '[]'}"
+            )
+        env = []
+        for item in table.get("env", []):
+            key, sep, value = item.partition("=")
+            if not sep or not key.isidentifier():
+                raise ConfigError(f"{path}: '{where}.env' item {item!r} is not KEY=VALUE")
+            env.append((key, value))
+        name = canonicalize_name(table["name"])
+        requires = tuple(canonicalize_name(r) for r in table.get("requires", []))
+        builds.append(
+            ExtensionBuild(name, table["version"], tuple(table["cuda_archs"]), requires, tuple(env), table["why"])
+        )
+    return tuple(builds)
 
 
 def _parse_waivers(items: list[dict[str, Any]], path: Path) -> tuple[tuple[str, str], ...]:

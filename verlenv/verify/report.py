@@ -45,6 +45,7 @@ class VerifyReport:
     errors: tuple[ObjectError, ...]
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     overridden: tuple[tuple[MetaViolation, str], ...] = ()  # violations the profile's overrides answer
+    built: tuple[tuple[str, str], ...] = ()  # (name, wheel sha256) built here from a locked sdist, checked as wheels
 
     @property
     def ok(self) -> bool:
@@ -63,6 +64,7 @@ class VerifyReport:
             "torch": {"version": self.torch.version, "cxx11_abi": self.torch.abi} if self.torch else None,
             "distributions": self.distributions,
             "sdist_only": list(self.sdist_only),
+            **({"built_from_sdist": dict(self.built)} if self.built else {}),
             "metadata": {
                 "ok": not self.metadata,
                 "violations": [
@@ -113,10 +115,25 @@ def verify_profile(
     timings: dict[str, float] = {}
     started = time.monotonic()
     house = fill(profile, lock, cache, offline=offline, jobs=jobs, quiet=quiet)
+    house = _with_built(paths, profile, house, cache)
     if tries:
         house = _swapped(profile, house, tries, cache)
     timings["wheelhouse"] = time.monotonic() - started
     return verify_wheelhouse(profile, lock, house, cache, timings)
+
+
+def _with_built(paths: ProjectPaths, profile: Profile, house: Wheelhouse, cache: Cache) -> Wheelhouse:
+    """A declared extension's sdist replaced by the wheel built from it, when the build is recorded and
+    cached here: its compiled extensions are then checked against torch like any other."""
+    from verlenv.wheels.builtrecord import builds_path, read
+
+    recorded = read(builds_path(paths, profile.name))
+    files = []
+    for house_file in house.files:
+        record = recorded.get(house_file.name)
+        built = record.house_file(cache) if record and record.sdist_sha256 == house_file.sha256 else None
+        files.append(built or house_file)
+    return replace(house, files=tuple(files))
 
 
 def _swapped(profile: Profile, house: Wheelhouse, tries: tuple[str, ...], cache: Cache) -> Wheelhouse:
@@ -170,6 +187,7 @@ def verify_wheelhouse(
         torch=torch,
         distributions=len(house.files),
         sdist_only=tuple(sorted(f.name for f in house.files if not f.is_wheel)),
+        built=tuple(sorted((f.name, f.sha256) for f in house.files if f.is_wheel and profile.build_of(f.name))),
         metadata=tuple(dict.fromkeys(violations)),
         overridden=tuple(dict.fromkeys(overridden)),
         objects=tuple(verdicts),
@@ -219,6 +237,8 @@ def render(report: VerifyReport, verbose: bool = False) -> str:
     ]
     if report.sdist_only:
         lines.append(f"  sdist only (built into wheels before the image build): {', '.join(report.sdist_only)}")
+    for name, sha in report.built:
+        lines.append(f"  {name}: the wheel built here from its locked sdist (sha256 {sha[:16]}), checked as a wheel")
     if report.metadata:
         lines.append(f"metadata: FAIL, {len(report.metadata)} violation(s)")
         lines += [f"  - {v.render()}" for v in report.metadata]

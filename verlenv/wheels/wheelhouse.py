@@ -28,11 +28,11 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import Version
 
 from verlenv.errors import IntegrityError, ResolutionError
+from verlenv.lock.index import IndexFile, default_index_url, project_files
 from verlenv.lock.lockfile import Lock, LockedDist
 from verlenv.lock.tools import pip_command, run
 from verlenv.profiles.profile import Profile
 from verlenv.wheels.cache import CHUNK, Cache, sha256_of
-from verlenv.wheels.index import IndexFile, default_index_url, project_files
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class IndexFile:
     url: str
     sha256: str
     size: int = 0
+    upload_time: str = ""  # PEP 700, where the index says (ISO 8601)
 
 
 def default_index_url() -> str:
@@ -98,10 +99,24 @@ def _from_json(data: dict, base: str) -> list[IndexFile]:  # type: ignore[type-a
     for entry in data.get("files", []):
         sha = entry.get("hashes", {}).get("sha256")
         if sha:
-            files.append(
-                IndexFile(entry["filename"], urllib.parse.urljoin(base, entry["url"]), sha, int(entry.get("size") or 0))
-            )
+            url = urllib.parse.urljoin(base, entry["url"])
+            size, uploaded = int(entry.get("size") or 0), str(entry.get("upload-time") or "")
+            files.append(IndexFile(entry["filename"], url, sha, size, uploaded))
     return files
+
+
+def sdist_of(name: str, version: str, exclude_newer: str, index_url: str = "") -> IndexFile:
+    """The sdist of name==version on the index, uploaded no later than the lock's snapshot."""
+    files = project_files(index_url or default_index_url(), name)
+    stems = {f"{canonicalize_name(name).replace('-', '_')}-{version}", f"{name}-{version}"}
+    found = [f for f in files if f.filename.removesuffix(".tar.gz") in stems and f.filename.endswith(".tar.gz")]
+    dated = [f for f in found if not f.upload_time or f.upload_time <= exclude_newer.replace("Z", "")]
+    if not dated:
+        raise ResolutionError(
+            f"{name} {version} has no sdist on the index" + (f" uploaded before {exclude_newer}" if found else ""),
+            hint="check the profile's [[builds]] entry (name, version) against the index",
+        )
+    return dated[0]
 
 
 def _from_html(text: str, base: str) -> list[IndexFile]:

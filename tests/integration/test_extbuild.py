@@ -1,0 +1,141 @@
+"""Extensions built from locked sdists, through the real path: lock (sdist hash from an index), verify,
+the image build (compiled in a container of the image's own lower layers, no network), the record in
+lockfiles/NAME.builds.json, verify of the built wheel's ELF, and a rebuild from scratch that must give
+the same wheel. flash-attn itself takes hours: a small C++ torch extension made here stands in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import localindex
+from tests.helpers.probeext import make_sdist
+from tests.helpers.variants import copy_project
+from verlenv.cli import main
+from verlenv.errors import CheckFailed
+from verlenv.image.build import BuildOptions, build_image, record_path
+from verlenv.image.extbuild import BuildEnv, built_wheel
+from verlenv.paths import ROOT_ENV, ProjectPaths
+from verlenv.profiles.profile import ExtensionBuild
+from verlenv.wheels import builtrecord
+from verlenv.wheels.cache import Cache, sha256_of
+from verlenv.wheels.wheelhouse import HouseFile
+
+BUILD_ENTRY = """
+[[builds]]
+name = "verlenv-probe-ext"
+version = "0.1"
+cuda_archs = []
+requires = ["torch"]
+why = "a small real C++ torch extension: the extension-build path in CI"
+"""
+PROBE = "python -c 'import torch, verlenv_probe_ext; print(\"TWICE\", verlenv_probe_ext.twice(torch.ones(3)).tolist())'"
+
+
+@pytest.fixture
+def variant(project_copy: ProjectPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    paths = copy_project(project_copy, tmp_path / "variant")
+    with paths.profile("cpu-smoke").open("a") as handle:
+        handle.write(BUILD_ENTRY)
+    sdist = make_sdist(tmp_path / "index")
+    monkeypatch.setenv(ROOT_ENV, str(paths.root))
+    with localindex.serve(tmp_path / "index") as (url, _):
+        monkeypatch.setenv("VERLENV_INDEX_URL", url)
+        assert main(["lock", "--profile", "cpu-smoke"]) == 0
+        assert main(["verify", "--profile", "cpu-smoke", "-q"]) == 0
+    return paths, sha256_of(sdist)
+
+
+@pytest.fixture
+def private(cache: Cache, tmp_path: Path) -> Cache:
+    """A cache of its own (files and layers hard-linked from the shared one), so forgetting its builds
+    never touches another build's folder."""
+    import os
+
+    own = Cache(tmp_path / "cache")
+    for folder in ("files", "layers"):
+        if (cache.root / folder).is_dir():
+            shutil.copytree(cache.root / folder, own.root / folder, copy_function=os.link)
+    return own
+
+
+def _forget_builds(cache: Cache) -> None:
+    for folder in ("built-ext", "extbuild"):
+        shutil.rmtree(cache.root / folder, ignore_errors=True)
+
+
+def test_an_sdist_extension_is_locked_built_recorded_verified_and_rebuilt_the_same(  # type: ignore[no-untyped-def]
+    engine, variant, private: Cache, capsys
+) -> None:
+    cache = private
+    paths, sdist_sha = variant
+    lock_text = paths.lock("cpu-smoke").read_text()
+    assert f"verlenv-probe-ext==0.1 \\\n    --hash=sha256:{sdist_sha}" in lock_text
+    _forget_builds(cache)
+    first = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True))
+    record = builtrecord.read(builtrecord.builds_path(paths, "cpu-smoke"))["verlenv-probe-ext"]
+    assert record.sdist_sha256 == sdist_sha and record.wheel.endswith(".whl") and record.inputs["torch"]
+    assert any(path.endswith(".so") for path in record.files)
+    from tests.integration.conftest import run_in
+
+    code, out = run_in(engine, first.image_id, PROBE, stderr=False)
+    assert code == 0 and "TWICE [2.0, 2.0, 2.0]" in out, out
+    manifest = json.loads(run_in(engine, first.image_id, "cat /opt/verlenv/manifest.json", stderr=False)[1])
+    assert manifest["built_from_sdist"]["verlenv-probe-ext"] == record.wheel_sha256
+
+    # verify now checks the built wheel's extension against torch, like any other wheel
+    capsys.readouterr()
+    assert main(["verify", "--profile", "cpu-smoke", "--json", "--cache", str(cache.root)]) == 0
+    report = json.loads(capsys.readouterr().out)["report"]
+    assert report["built_from_sdist"] == {"verlenv-probe-ext": record.wheel_sha256}
+    probe = [e for e in report["extensions"] if e["owner"].startswith("verlenv-probe-ext ")]
+    assert probe and all(e["ok"] for e in probe) and probe[0]["torch_symbols"] > 0, probe
+
+    # from scratch again (no wheel, no objects): the same wheel, so the same image
+    _forget_builds(cache)
+    second = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True))
+    again = builtrecord.read(builtrecord.builds_path(paths, "cpu-smoke"))["verlenv-probe-ext"]
+    assert again.wheel_sha256 == record.wheel_sha256
+    assert second.image_id == first.image_id and second.record == "matched"
+    assert json.loads(record_path(paths, "cpu-smoke").read_text())["image_id"] == first.image_id
+
+
+def _env_of(engine, image_id: str) -> BuildEnv:  # type: ignore[no-untyped-def]
+    env = dict(item.split("=", 1) for item in engine.images.get(image_id).attrs["Config"]["Env"])
+    return BuildEnv(image_id, env, {"torch": "the cpu-smoke image's"})
+
+
+def test_a_failed_build_names_the_file_and_the_compiler_error(  # type: ignore[no-untyped-def]
+    engine, cpu_smoke, cache: Cache, tmp_path: Path
+) -> None:
+    sdist = make_sdist(tmp_path, broken=True)
+    house = HouseFile("verlenv-probe-ext", "0.1", sdist.name, sha256_of(sdist), sdist)
+    build = ExtensionBuild("verlenv-probe-ext", "0.1", (), ("torch",), (), "broken on purpose")
+    with pytest.raises(CheckFailed) as info:
+        built_wheel(engine, build, house, _env_of(engine, cpu_smoke.image_id), cache, tmp_path / "b.json", True)
+    message = info.value.message
+    assert "building verlenv-probe-ext==0.1 failed at" in message and "csrc/twice.cpp" in message
+    assert "error" in message and "full log:" in message
+    assert not (tmp_path / "b.json").exists()  # nothing recorded
+
+
+def test_a_build_resumes_from_its_object_files(engine, cpu_smoke, cache: Cache, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sdist = make_sdist(tmp_path)
+    house = HouseFile("verlenv-probe-ext", "0.1", sdist.name, sha256_of(sdist), sdist)
+    build = ExtensionBuild("verlenv-probe-ext", "0.1", (), ("torch",), (), "resume")
+    env = _env_of(engine, cpu_smoke.image_id)
+    first = built_wheel(engine, build, house, env, cache, tmp_path / "b.json", True)
+    # the wheel is gone (as when a build was killed before it packed one); the objects stay
+    from verlenv.image.extbuild import key_of
+
+    key = key_of(build, house, env)
+    shutil.rmtree(cache.root / "built-ext" / key)
+    log = cache.root / "extbuild" / key / "build.log"
+    log.unlink()
+    second = built_wheel(engine, build, house, env, cache, tmp_path / "b.json", True)
+    text = log.read_text()
+    assert second.sha256 == first.sha256
+    assert "bind.cpp" not in text.split("running build_ext", 1)[-1] or "no work to do" in text.lower(), text[-2000:]

@@ -1,0 +1,90 @@
+"""The extension builder's own logic: its key, jobs, progress and what a failure says."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from verlenv.image.extbuild import BuildEnv, _differences, _failure, _first_error, jobs, key_of, wheel_files
+from verlenv.profiles.profile import ExtensionBuild
+from verlenv.wheels.builtrecord import BuiltWheel
+from verlenv.wheels.wheelhouse import HouseFile
+
+BUILD = ExtensionBuild("flash-attn", "2.8.3", ("80", "90"), ("torch",), (("FLASH_ATTENTION_FORCE_BUILD", "TRUE"),), "x")
+SDIST = HouseFile("flash-attn", "2.8.3", "flash_attn-2.8.3.tar.gz", "a" * 64, Path("x"))
+ENV = BuildEnv("sha256:" + "0" * 64, {}, {"torch": "2.11.0 sha256:" + "1" * 64, "deb:gcc-12": "12.2.0-14"})
+
+
+def test_the_key_covers_every_input_but_not_the_engine_image_id() -> None:
+    key = key_of(BUILD, SDIST, ENV)
+    assert key == key_of(BUILD, SDIST, BuildEnv("sha256:" + "9" * 64, {"X": "1"}, ENV.inputs))
+    other_torch = BuildEnv(ENV.image_id, {}, {**ENV.inputs, "torch": "2.11.0 sha256:" + "2" * 64})
+    assert key != key_of(BUILD, SDIST, other_torch)
+    assert key != key_of(
+        ExtensionBuild(*BUILD.__dict__.values()).__class__("flash-attn", "2.8.3", ("90",), ("torch",), BUILD.env, "x"),
+        SDIST,
+        ENV,
+    )
+    assert key != key_of(BUILD, HouseFile("flash-attn", "2.8.3", "f", "b" * 64, Path("x")), ENV)
+
+
+def test_jobs_is_at_least_one_and_at_most_the_cores() -> None:
+    import os
+
+    assert 1 <= jobs() <= (os.cpu_count() or 1)
+
+
+NINJA_LOG = [
+    "[1/73] c++ ... flash_api.cpp",
+    "FAILED: [code=1] /build/src/fa/build/temp/csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.o",
+    "/opt/venv/bin/nvcc -MD -c -c /build/src/fa/csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu -o x.o",
+    "In file included from /opt/venv/include/cccl/cuda/std/__cccl/builtin.h:26,",
+    '/opt/venv/include/cccl/cuda/std/__cccl/cuda_toolkit.h:41:8: error: #error "CUDA compiler and headers differ"',
+    "ninja: build stopped: subcommand failed.",
+]
+
+
+def test_a_ninja_failure_names_the_source_and_the_first_error(tmp_path: Path) -> None:
+    message = _failure(BUILD, NINJA_LOG, tmp_path / "build.log")
+    assert "failed at /build/src/fa/csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu" in message
+    assert "cuda_toolkit.h:41:8: error" in message and f"full log: {tmp_path / 'build.log'}" in message
+
+
+def test_compiler_errors_without_ninja_are_found_too() -> None:
+    assert _first_error(["  csrc/twice.cpp:3:59: error: expected ';'"]) == (
+        "csrc/twice.cpp",
+        "csrc/twice.cpp:3:59: error: expected ';'",
+    )
+    assert _first_error(['k.cu(12): error: identifier "x" is undefined'])[0] == "k.cu"  # type: ignore[index]
+    assert _first_error(["all fine"]) is None
+
+
+def _wheel(where: Path, files: dict[str, bytes]) -> Path:
+    import base64
+    import hashlib
+
+    path = where / "x-1-cp311-cp311-linux_x86_64.whl"
+    record = ""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record += f"{name},sha256={digest},{len(data)}\n"
+        archive.writestr("x-1.dist-info/RECORD", record + "x-1.dist-info/RECORD,,\n")
+    return path
+
+
+def test_a_different_rebuild_names_the_files_that_differ(tmp_path: Path) -> None:
+    import hashlib
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = wheel_files(_wheel(tmp_path / "a", {"x/_C.so": b"one", "x/__init__.py": b""}))
+    second = wheel_files(_wheel(tmp_path / "b", {"x/_C.so": b"two", "x/__init__.py": b""}))
+    assert first["x/_C.so"] == hashlib.sha256(b"one").hexdigest()
+
+    def built(files: dict[str, str], sha: str) -> BuiltWheel:
+        return BuiltWheel("x", "1", "s", "k", "x.whl", sha, [], [], {}, files)
+
+    text = _differences(built(first, "1" * 64), built(second, "2" * 64))
+    assert "x/_C.so" in text and "x/__init__.py" not in text
