@@ -22,7 +22,8 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False, uses_probe=True
     ),
-    Check("nccl", "NCCL", r.check_nccl, static=False, uses_probe=True),
+    Check("nccl", "NCCL, and the libnccl loaded vs torch's", r.check_nccl, static=False, uses_probe=True),
+    Check("rdma", "RDMA userspace for NCCL (InfiniBand/RoCE/EFA)", r.check_rdma, static=False),
     Check("shm", "/dev/shm size", r.check_shm, static=False),
     Check("env-vars", "Environment variables verl relies on or that are traps", r.check_env),
     Check("secrets", "Secrets visible in the environment", r.check_secrets),
