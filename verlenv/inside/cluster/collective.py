@@ -270,7 +270,7 @@ def as_check(result: CollectiveResult, answers: Sequence[NodeAnswer], rows: Sequ
             "collective",
             title,
             Status.WARN,
-            f"{summary}; NCCL used sockets although {', '.join(ib_nodes)} have RDMA devices",
+            f"{summary}; NCCL used sockets although there are RDMA devices on {', '.join(ib_nodes)}",
             cells,
             tuple(ib_nodes),
             fix="see the rdma row: NCCL needs libibverbs and its providers",
