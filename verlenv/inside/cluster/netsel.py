@@ -203,7 +203,9 @@ def nccl_pick(addresses: Sequence[Address], env: Mapping[str, str]) -> Pick:
     for step in NCCL_DEFAULT_ORDER:
         found = nccl_matching(step, addresses, family)
         if found:
-            return _pick("nccl", found[0], f"default (first of ib*, then not docker*/lo*, then docker*, lo): {step}")
+            return _pick(
+                "nccl", found[0], f"NCCL's default (ib*, else not docker*/lo*, else docker*, else lo) took {step}"
+            )
     return Pick("nccl", "", "", -1, "default", "no interface with an address: NCCL fails to start")
 
 
