@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -107,6 +109,15 @@ class Node:
     def pause(self) -> None:
         self.container.pause()
         self.paused = True
+
+    def kill_raylet_and_worker_of(self, needle: str) -> None:
+        """Kill (by host PID) this node's raylet and the Ray worker whose child runs ``needle``: the node dies."""
+        processes = self.container.top(ps_args="-eo pid,ppid,args").get("Processes") or []
+        workers = {int(p[1]) for p in processes if needle in p[2]}
+        raylets = {int(p[0]) for p in processes if "raylet/raylet" in p[2]}
+        assert workers and raylets, f"no raylet or no worker running {needle!r} on {self.label}"
+        for pid in (*workers, *raylets):
+            os.kill(pid, signal.SIGKILL)
 
 
 class RayCluster:

@@ -1,9 +1,9 @@
-"""`verlenv doctor --cluster` on a real 2-node Ray cluster of cpu-smoke containers joined by veths.
+"""`verlenv doctor --cluster` on real Ray clusters of cpu-smoke containers joined by veths and a bridge.
 
-Two cluster set-ups: a healthy one (every cross-node row passes, the gloo all-reduce runs, then a
-node frozen mid-check is named within --timeout), and one whose second node carries three faults
-at once (another image with another verl, Gloo and NCCL pinned to lo, a 64 MiB /dev/shm), each of
-which a row of its own must pin on that node.
+Two cluster set-ups: a healthy one of three nodes (every cross-node row passes, the gloo all-reduce
+runs; then one node frozen and one killed mid-check are named within --timeout), and a two-node one
+whose second node carries three faults at once (another image with another verl, Gloo and NCCL
+pinned to lo, a 64 MiB /dev/shm), each of which a row of its own must pin on that node.
 """
 
 from __future__ import annotations
@@ -56,28 +56,29 @@ def _doctor_in_background(cluster: RayCluster, *args: str) -> tuple[threading.Th
     return thread, box
 
 
-def _freeze_mid_check(cluster: RayCluster, timeout: float) -> dict[str, Any]:
-    """Run the cluster doctor, and freeze node 2 (docker pause) while its doctor runs there."""
+def _lose_nodes_mid_check(cluster: RayCluster, timeout: float) -> dict[str, Any]:
+    """Run the cluster doctor; while it runs on them, freeze node 2 (docker pause) and kill node 3's raylet
+    and the worker running its check."""
     thread, box = _doctor_in_background(cluster, "--timeout", f"{timeout:g}")
-    node = cluster.nodes[1]
+    frozen, killed = cluster.nodes[1], cluster.nodes[2]
     deadline = time.monotonic() + timeout
-    while not node.running("--node-facts") and time.monotonic() < deadline:
+    while not (frozen.running("--node-facts") and killed.running("--node-facts")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert node.running("--node-facts"), "node2's doctor task never started"
-    node.pause()
+    frozen.pause()
+    killed.kill_raylet_and_worker_of("--node-facts")
     thread.join(timeout + 60)
-    assert not thread.is_alive(), "doctor --cluster hung on a frozen node"
+    assert not thread.is_alive(), "doctor --cluster hung on a lost node"
     return box
 
 
-def test_a_healthy_cluster_passes_its_all_reduce_runs_and_a_frozen_node_is_named(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
-    image = cpu_smoke.image_id
-    with ray_cluster(engine, [NodeSpec("node1", image), NodeSpec("node2", image)]) as cluster:
-        node1, node2 = (n.label for n in cluster.nodes)
+def test_a_healthy_cluster_passes_its_all_reduce_runs_and_lost_nodes_are_named(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    specs = [NodeSpec(f"node{i}", cpu_smoke.image_id) for i in (1, 2, 3)]
+    with ray_cluster(engine, specs) as cluster:
+        node1, node2, node3 = (n.label for n in cluster.nodes)
         code, report, _ = cluster.doctor("--timeout", "60")
         rows = _rows(report)
         assert code == 0, json.dumps(report["checks"], indent=1)
-        assert [n["label"] for n in report["nodes"]] == [node1, node2] and report["nodes"][0]["is_head"]
+        assert [n["label"] for n in report["nodes"]] == [node1, node2, node3] and report["nodes"][0]["is_head"]
         for row_id in (*CROSS_NODE, *ADDRESSES, "shm", "doctor"):
             assert rows[row_id]["status"] == "ok", rows[row_id]
         assert rows["gloo-address"]["cells"][node2]["text"] == "eth0 10.213.0.2"
@@ -88,17 +89,19 @@ def test_a_healthy_cluster_passes_its_all_reduce_runs_and_a_frozen_node_is_named
         code, report, _ = cluster.doctor("--collective", "--timeout", "60")
         smoke = report["collective"]
         assert code == 0 and _rows(report)["collective"]["status"] == "ok", smoke
-        assert smoke["backend"] == "gloo" and smoke["world_size"] == 2 and smoke["master"].startswith("10.213.0.1:")
-        assert all(r["sum_ok"] and r["sum"] == [3.0] * 4 for r in smoke["ranks"]), smoke
+        assert smoke["backend"] == "gloo" and smoke["world_size"] == 3 and smoke["master"].startswith("10.213.0.1:")
+        assert all(r["sum_ok"] and r["sum"] == [6.0] * 4 for r in smoke["ranks"]), smoke
         assert smoke["ranks"][0]["algbw_gbps"] > 0 and smoke["ranks"][0]["latency_us"] > 0
 
-        # (d) a node that stops answering mid-check: named, and the command returns in time
-        box = _freeze_mid_check(cluster, timeout=25)
+        # (d) nodes that stop answering mid-check: named, and the command returns in time
+        box = _lose_nodes_mid_check(cluster, timeout=25)
         rows = _rows(box["report"])
         assert box["code"] == 1 and box["seconds"] < 25 + 20, box["seconds"]
-        assert rows["answered"]["status"] == "fail" and rows["answered"]["culprits"] == [node2], rows["answered"]
-        assert "stopped answering" in rows["answered"]["summary"]
-        assert {n["label"]: n["state"] for n in box["report"]["nodes"]} == {node1: "answered", node2: "no-answer"}
+        assert rows["answered"]["status"] == "fail" and rows["answered"]["culprits"] == [node2, node3]
+        assert f"{node2}: stopped answering: no answer within 25 s" in rows["answered"]["summary"]
+        assert f"{node3}: died during the check" in rows["answered"]["summary"]
+        states = {n["label"]: n["state"] for n in box["report"]["nodes"]}
+        assert states == {node1: "answered", node2: "no-answer", node3: "died"}, box["report"]["nodes"]
 
 
 def test_each_fault_on_one_node_is_pinned_on_that_node(engine, cpu_smoke, other_verl) -> None:  # type: ignore[no-untyped-def]

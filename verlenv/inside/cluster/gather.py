@@ -8,6 +8,7 @@ under its task is reported as such. Ray is imported only here and in collective.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -15,8 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
@@ -92,13 +92,14 @@ def attach(address: str, timeout: float) -> ModuleType:
 
     try:
         bounded(init, timeout, "ray.init")
-    except (ConnectionError, TimeoutError) as exc:
-        raise ConfigError(f"no Ray cluster to attach to at address={address!r}: {exc}", hint=hint) from None
+    except Exception as exc:  # noqa: BLE001 - ConnectionError, TimeoutError, a Ray/Python version mismatch
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"no Ray cluster to attach to at address={address!r}: {first}", hint=hint) from None
     return ray
 
 
 def detach(ray: ModuleType, seconds: float = 15.0) -> None:
-    with suppress(Exception):
+    with contextlib.suppress(Exception):
         bounded(ray.shutdown, seconds, "ray.shutdown")
 
 
@@ -157,7 +158,7 @@ def gather(ray: ModuleType, nodes: Sequence[Node], timeout: float, doctor_args: 
         for ref in ready:
             answers[refs[ref].node_id] = _answer(ray, ref, refs[ref], time.monotonic() - started)
     for ref in pending:
-        with suppress(Exception):
+        with contextlib.suppress(Exception):
             ray.cancel(ref, force=True)
         node = refs[ref]
         answers[node.node_id] = NodeAnswer(node, "no-answer", timeout, error=f"no answer within {timeout:.0f} s")
@@ -169,8 +170,28 @@ def _answer(ray: ModuleType, ref: Any, node: Node, elapsed: float) -> NodeAnswer
         value = ray.get(ref, timeout=10)
     except Exception as exc:  # noqa: BLE001 - a node's failure is a finding, not our crash
         name = type(exc).__name__
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:300]
         return NodeAnswer(node, "died" if name in DIED else "error", elapsed, error=f"{name}: {first}")
     if "error" in value:
         return NodeAnswer(node, "error", value["seconds"], error=value["error"])
-    return NodeAnswer(node, "answered", value["seconds"], doctor=value["doctor"])
+    answer = NodeAnswer(node, "answered", value["seconds"], doctor=value["doctor"])
+    try:
+        answer.facts  # noqa: B018 - parse now: a node whose verlenv reports other facts is an error, not a crash
+    except (KeyError, TypeError, ValueError) as exc:
+        return NodeAnswer(node, "error", value["seconds"], error=f"its doctor's node facts do not parse here: {exc!r}")
+    return answer
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Ray's driver prints cluster events (a raylet that died, ...) to stdout, from Python and C++:
+    while attached, file descriptor 1 points at stderr, so stdout carries only the report."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -38,6 +38,11 @@ class ClusterReport:
 
 
 def run(options: ClusterOptions) -> ClusterReport:
+    with gather.stdout_to_stderr():
+        return _run(options)
+
+
+def _run(options: ClusterOptions) -> ClusterReport:
     started = time.monotonic()
     ray = gather.attach(options.address, options.timeout)
     try:
