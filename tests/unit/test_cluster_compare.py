@@ -99,9 +99,12 @@ def test_docker_bridge_link_local_and_another_subnet() -> None:
     assert "is in 10.0.1.0/24, the other nodes in 10.0.0.0/24" in row.summary
 
 
-def test_nccl_socket_ifname_matching_nothing_fails() -> None:
+def test_nccl_socket_ifname_matching_nothing_fails_and_a_ray_address_held_elsewhere_warns() -> None:
     row = _rows(_two(env={"NCCL_SOCKET_IFNAME": "=ens5"}))["nccl-address"]
     assert row.status.value == "fail" and "matches no interface here" in row.summary
+    natted = (Address("lo", "127.0.0.1", 8), Address("eth0", "192.168.1.2", 24))
+    row = _rows(_two(addresses=natted, resolved=("192.168.1.2",)))["ray-address"]
+    assert row.status.value == "warn" and "10.0.0.2 is not an address of this node" in row.summary
 
 
 def test_shm_nccl_and_the_rest_of_doctor_come_from_each_node() -> None:

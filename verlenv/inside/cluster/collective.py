@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -66,7 +67,9 @@ def _timed(op: Callable[[], None], reps: int, sync: Callable[[], None]) -> float
     return (time.perf_counter() - started) / reps
 
 
-def _measure(dist: ModuleType, torch: ModuleType, device: str, rank: int, world: int, spec: Mapping[str, Any]) -> dict:  # type: ignore[type-arg]
+def _measure(
+    dist: ModuleType, torch: ModuleType, device: str, rank: int, world: int, spec: Mapping[str, Any]
+) -> dict[str, Any]:
     check = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(check)
     expected = world * (world + 1) / 2
@@ -118,6 +121,7 @@ def run_rank(spec: Mapping[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a failed rank is the finding
         result["error"] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
     logs = "".join(p.read_text(errors="replace") for p in sorted(Path(log_dir).glob("nccl.*.log")))
+    shutil.rmtree(log_dir, ignore_errors=True)
     result["nccl"] = parse_nccl_log(logs) if backend == "nccl" else {}
     result["seconds"] = time.monotonic() - started
     return result
@@ -183,7 +187,7 @@ def run(ray: ModuleType, nodes: Sequence[Node], timeout: float, size_mib: float,
     started = time.monotonic()
     base = CollectiveResult(backend, len(placement), "", size_mib, reps, nodes=tuple(n.label for n in nodes))
     if not placement:
-        return _with(base, error="no node to run on", seconds=0.0)
+        return replace(base, error="no node to run on", seconds=0.0)
     worker = ray.remote(RankWorker)
     gpus = 1 if backend == "nccl" else 0
     actors = [worker.options(num_gpus=gpus, num_cpus=0, scheduling_strategy=pinned(n)).remote() for n in placement]
@@ -196,13 +200,13 @@ def run(ray: ModuleType, nodes: Sequence[Node], timeout: float, size_mib: float,
 
 
 def _drive(
-    ray: ModuleType, base: CollectiveResult, actors: list, placement: list[Node], deadline: float
-) -> CollectiveResult:  # type: ignore[type-arg]
+    ray: ModuleType, base: CollectiveResult, actors: list[Any], placement: list[Node], deadline: float
+) -> CollectiveResult:
     started = time.monotonic()
     master = placement[0].ip
     ready, _ = ray.wait([actors[0].free_port.remote(master)], timeout=max(deadline - time.monotonic(), 0.1))
     if not ready:
-        return _with(
+        return replace(
             base, error=f"rank 0 could not start on {placement[0].label} in time", missing=(placement[0].label,)
         )
     port = ray.get(ready[0])
@@ -225,7 +229,7 @@ def _drive(
             i = refs[ref]
             answers.append({"rank": i, "node": placement[i].label, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     missing = tuple(sorted({placement[refs[ref]].label for ref in pending}))
-    return _with(
+    return replace(
         base,
         master=f"{master}:{port}",
         ranks=tuple(sorted(answers, key=lambda r: r["rank"])),
@@ -233,10 +237,6 @@ def _drive(
         error=f"no answer within the deadline from the ranks on {', '.join(missing)}" if missing else "",
         seconds=time.monotonic() - started,
     )
-
-
-def _with(base: CollectiveResult, **changes: Any) -> CollectiveResult:
-    return replace(base, **changes)
 
 
 # -- the verdict ------------------------------------------------------------------------------
