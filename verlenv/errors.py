@@ -67,6 +67,7 @@ OPTIONAL_PACKAGES = {
     "tokenizers": ("tokenizers", "pip install 'verlenv[accept]'"),
     "peft": ("peft", "pip install 'verlenv[accept]'"),
     "psutil": ("psutil", "pip install 'verlenv[accept]'"),
+    "ray": ("Ray", "run it where the cluster's Ray is (every verl image has it), or pip install 'ray[default]'"),
 }
 
 

@@ -48,26 +48,48 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="record the ELF facts and verdicts of every shared object beside the manifest, so later runs re-read "
         "only files whose size or mtime changed (the image build and `verlenv venv` do this)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the import probe (default 60)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds for the import probe (default 60); with --cluster, for every node's answer (default 120)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="all details and per-check timings")
+    cluster = parser.add_argument_group(
+        "clusters", "run the checks on every node of a running Ray cluster and compare the nodes (needs ray)"
+    )
+    cluster.add_argument(
+        "--cluster",
+        action="store_true",
+        help="attach to the Ray cluster, run doctor on every alive node and compare: image and versions, the "
+        "addresses Ray/NCCL/Gloo pick, RDMA readiness, /dev/shm, the libnccl loaded",
+    )
+    cluster.add_argument("--address", default="auto", help="the Ray cluster to attach to (default: auto)")
+    cluster.add_argument(
+        "--collective",
+        action="store_true",
+        help="also all-reduce across the nodes through Ray (NCCL, one rank per GPU; gloo without GPUs): checks "
+        "the sum, prints bandwidth, latency and NCCL's transport; it takes every GPU, so run it on an idle cluster",
+    )
+    cluster.add_argument(
+        "--collective-mib", type=float, default=8.0, metavar="MIB", help="tensor size for the bandwidth (default 8)"
+    )
+    parser.add_argument("--node-facts", action="store_true", help=argparse.SUPPRESS)  # what --cluster asks each node
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _cluster(args)
     if args.list:
         for check in CHECKS:
             print(f"{check.id:<16} {'static ' if check.static else 'runtime'}  {check.title}")
         return 0
-    ids = {c.id for c in CHECKS}
-    for skip in args.skip:
-        if skip not in ids:
-            raise ConfigError(
-                f"--skip {skip}: no such check", hint=did_you_mean(skip, ids) or "see `verlenv doctor --list`"
-            )
+    _checked_skips(args.skip)
     selected = [c for c in CHECKS if c.id not in args.skip and (c.static or not args.static)]
     facts = Facts(
         site=args.site,
         manifest_file=args.manifest,
-        probe_timeout=args.timeout,
+        probe_timeout=args.timeout or 60.0,
         config=args.config,
         start_probe=any(c.uses_probe for c in selected),
         write_elf_cache=args.write_elf_cache,
@@ -76,7 +98,45 @@ def execute(args: argparse.Namespace) -> int:
     failing = {Status.FAIL, Status.CRASHED} | ({Status.WARN} if args.strict else set())
     code = 1 if any(o.result.status in failing for o in outcomes) else 0
     if args.json:
-        print(json.dumps(render.to_json(outcomes, "static" if args.static else "full", code), indent=2))
+        payload = render.to_json(outcomes, "static" if args.static else "full", code)
+        if args.node_facts:
+            from verlenv.inside.cluster import nodefacts
+
+            payload["node"] = nodefacts.collect(facts).to_json()
+        print(json.dumps(payload, indent=2))
     else:
         print(render.to_table(outcomes, args.verbose))
+    return code
+
+
+def _checked_skips(skips: list[str]) -> None:
+    ids = {c.id for c in CHECKS}
+    for skip in skips:
+        if skip not in ids:
+            raise ConfigError(
+                f"--skip {skip}: no such check", hint=did_you_mean(skip, ids) or "see `verlenv doctor --list`"
+            )
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from verlenv.inside.cluster import render as cluster_render
+    from verlenv.inside.cluster.session import ClusterOptions, run
+
+    _checked_skips(args.skip)
+    if args.timeout is not None and args.timeout <= 0:
+        raise ConfigError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    options = ClusterOptions(
+        address=args.address,
+        timeout=args.timeout or 120.0,
+        collective=args.collective,
+        collective_mib=args.collective_mib,
+        skip=tuple(args.skip),
+        strict=args.strict,
+    )
+    report = run(options)
+    code = report.exit_code(args.strict)
+    if args.json:
+        print(json.dumps(cluster_render.to_json(report, code), indent=2))
+    else:
+        print(cluster_render.to_table(report))
     return code

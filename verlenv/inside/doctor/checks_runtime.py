@@ -54,7 +54,7 @@ ENV_TRAPS = (
 )
 
 
-def _driver_version() -> str:
+def driver_version() -> str:
     version_file = Path("/proc/driver/nvidia/version")
     if version_file.exists():
         match = re.search(r"Kernel Module\s+([\d.]+)", version_file.read_text(errors="replace"))
@@ -66,7 +66,7 @@ def _driver_version() -> str:
 def check_driver(facts: Facts) -> Result:
     torch = facts.probe.get("torch") or {}
     torch = torch if isinstance(torch, dict) else {}
-    driver = _driver_version() or str(torch.get("nvml_driver") or "")
+    driver = driver_version() or str(torch.get("nvml_driver") or "")
     supports = _cuda_of(torch.get("driver"))  # the newest CUDA the driver runs, from the driver API
     cuda = torch.get("cuda")
     if not driver and not supports:
@@ -119,14 +119,17 @@ def check_gpu_arch(facts: Facts) -> Result:
 
 
 def check_nccl(facts: Facts) -> Result:
-    torch = facts.probe.get("torch")
-    if not isinstance(torch, dict):
-        return Result(Status.SKIP, "torch does not import")
-    if torch.get("nccl"):
-        return Result(Status.OK, f"NCCL {torch['nccl']}")
-    if not torch.get("cuda"):
-        return Result(Status.SKIP, "CPU build of torch: no NCCL")
-    return Result(Status.WARN, "NCCL version unavailable", (str(torch.get("nccl_error", "")),))
+    """NCCL's version, and whether the libnccl loaded is torch's own (the nvidia-nccl wheel's)."""
+    from verlenv.inside.cluster import nccllib
+
+    return nccllib.verdict(nccllib.from_probe(facts.probe, facts.installed))
+
+
+def check_rdma(facts: Facts) -> Result:
+    """The RDMA userspace NCCL needs for InfiniBand/RoCE/EFA, or why it will use sockets."""
+    from verlenv.inside.cluster import rdma
+
+    return rdma.verdict(rdma.collect(facts.root))
 
 
 def check_shm(facts: Facts) -> Result:

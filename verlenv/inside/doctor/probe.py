@@ -60,6 +60,14 @@ def driver_api_version():
         return v.value if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0 else None
     except (OSError, AttributeError):
         return None
+def nccl_maps():
+    # the libnccl copies this process has mapped, after import torch and the NCCL-free calls above
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[-1].strip() for line in maps if "/libnccl" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if ".so" in p and "/libnccl-net" not in p)
 try:
     import torch
     t = {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
@@ -85,6 +93,7 @@ try:
         t["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception as exc:
         t["nccl_error"] = describe(exc)
+    t["nccl_maps"] = nccl_maps()
     out["torch"] = t
 except Exception as exc:
     out["torch_error"] = describe(exc)
@@ -113,7 +122,7 @@ def start_early(argv: list[str]) -> None:
     Importing the doctor's modules and building the parser takes about 0.2 s, all of it on the path
     to the probe's answer; started here, the probe's `import torch` overlaps that too.
     """
-    wants = argv[:1] == ["doctor"] and not {"--static", "--list", "--skip", "-h", "--help"} & set(argv)
+    wants = argv[:1] == ["doctor"] and not {"--static", "--list", "--skip", "--cluster", "-h", "--help"} & set(argv)
     if wants and not _early:
         _early.append(_spawn())
 

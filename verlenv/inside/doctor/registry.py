@@ -28,7 +28,8 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False, uses_probe=True
     ),
-    Check("nccl", "NCCL", r.check_nccl, static=False, uses_probe=True),
+    Check("nccl", "NCCL, and the libnccl loaded vs torch's", r.check_nccl, static=False, uses_probe=True),
+    Check("rdma", "RDMA userspace for NCCL (InfiniBand/RoCE/EFA)", r.check_rdma, static=False),
     Check("triton-jit", "A one-kernel Triton program on the GPU", t.check_triton, static=False),
     # runs flash-attn's kernels: needs the runtime (GPU, driver), so never part of the build's --static
     Check("flash-attn", "flash-attn import, and its varlen kernels on a GPU", fa.check_flash_attn, static=False),
