@@ -91,15 +91,12 @@ def test_no_wheels_caches_or_build_leftovers_in_the_image(engine, cpu_smoke, pro
     assert lock_files  # the test would be vacuous on an empty lock
 
 
-def test_the_build_runs_without_network(engine, cpu_smoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from verlenv.image.build import _engine_build
+def test_the_build_runs_without_network(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    from verlenv.image.install import run_offline
 
-    # The same engine call the image build uses: the only interface a RUN step sees is loopback.
-    context = tmp_path / "netcheck"
-    context.mkdir()
-    (context / "Dockerfile").write_text('FROM verlenv/cpu-smoke:latest\nRUN test "$(ls /sys/class/net)" = lo\n')
-    image_id = _engine_build(context, {}, BuildOptions(quiet=True, nocache=True))
-    engine.images.remove(image_id, force=True)
+    # The same call every layer's install makes: the only interface it sees is loopback.
+    code, out = run_offline(engine, cpu_smoke.image_id, "ls /sys/class/net", {}, {})
+    assert code == 0 and out.split() == ["lo"]
 
 
 def test_tampered_wheel_fails_the_build_naming_the_file_and_tags_nothing(  # type: ignore[no-untyped-def]
@@ -109,7 +106,8 @@ def test_tampered_wheel_fails_the_build_naming_the_file_and_tags_nothing(  # typ
     import shutil
 
     private = Cache(tmp_path / "cache")
-    shutil.copytree(cache.root / "files", private.root / "files", copy_function=os.link)
+    for folder in ("files", "layers"):  # the base layer and the others, so only the wheels are redone
+        shutil.copytree(cache.root / folder, private.root / folder, copy_function=os.link)
     six = next((private.root / "files").glob("sha256/*/*/six-*.whl"))
     stat = six.stat()
     data = bytearray(six.read_bytes())
@@ -119,7 +117,10 @@ def test_tampered_wheel_fails_the_build_naming_the_file_and_tags_nothing(  # typ
     os.utime(six, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ...and same mtime: only a re-hash can tell
     with pytest.raises(IntegrityError) as info:
         build_image(
-            project_copy, "cpu-smoke", private, BuildOptions(quiet=True, extra_tags=("verlenv-test/tampered:x",))
+            project_copy,
+            "cpu-smoke",
+            private,
+            BuildOptions(quiet=True, nocache=True, extra_tags=("verlenv-test/tampered:x",)),
         )
     assert six.name in info.value.message and "nothing was built or tagged" in info.value.message
     with pytest.raises(docker.errors.ImageNotFound):
@@ -135,8 +136,8 @@ def test_changing_only_the_verl_pin_reuses_the_lower_layers(  # type: ignore[no-
     rebuilt = build_image(variant, "cpu-smoke", cache, BuildOptions(quiet=True))
     before = engine.images.get(cpu_smoke.image_id).attrs["RootFS"]["Layers"]
     after = engine.images.get(rebuilt.image_id).attrs["RootFS"]["Layers"]
-    # base, venv, torch, deps are the same layers; verl (index 4) is not.
-    assert len(before) == len(after) == 8
+    # base, venv, torch, deps are the same layers; verl (index 4) is not (then verlenv, self-check).
+    assert len(before) == len(after) == 7
     assert before[:4] == after[:4]
     assert before[4] != after[4]
     assert engine.images.get(rebuilt.image_id).labels["io.verlenv.verl"] == "0.9.0"
@@ -155,6 +156,39 @@ def test_doctor_config_lints_against_the_images_own_verl(engine, cpu_smoke) -> N
     check = next(c for c in json.loads(out)["checks"] if c["id"] == "config")
     assert check["status"] == "fail" and "verl 0.9.1" in check["summary"]
     assert any("did you mean 'trainer.total_epochs'" in d for d in check["details"])
+
+
+def test_torch_compile_works_in_the_image(engine, cpu_smoke) -> None:  # type: ignore[no-untyped-def]
+    """Inductor compiles C++ at run time: the image's own g++ and Python.h make it work."""
+    program = (
+        "import torch\n"
+        "f = torch.compile(lambda x: torch.sin(x) * 2 + x.cos())\n"
+        "x = torch.linspace(0, 1, 64)\n"
+        "assert torch.allclose(f(x), torch.sin(x) * 2 + x.cos())\n"
+        "print('COMPILED-OK')\n"
+    )
+    code, out = run_in(engine, cpu_smoke.image_id, f"python - <<'EOF'\n{program}EOF")
+    assert code == 0 and "COMPILED-OK" in out, out[-3000:]
+
+
+def test_doctor_fails_the_toolchain_check_in_an_image_without_compilers(engine, cpu_smoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What every image was before: no C compiler and no Python.h. doctor --static must fail, with the fix."""
+    context = tmp_path / "stripped"
+    context.mkdir()
+    strip = (
+        "rm -f /usr/bin/gcc* /usr/bin/g++* /usr/bin/cc /usr/bin/c++ /usr/bin/x86_64-linux-gnu-g* "
+        "&& rm -rf /usr/include/python3.11"
+    )
+    (context / "Dockerfile").write_text(f"FROM {cpu_smoke.image_id}\nRUN {strip}\n")
+    image, _ = engine.images.build(path=str(context), network_mode="none", rm=True)
+    try:
+        code, out = run_in(engine, image.id, "verlenv doctor --static --json", stderr=False)
+    finally:
+        engine.images.remove(image.id, force=True)
+    assert code == 1
+    check = next(c for c in json.loads(out)["checks"] if c["id"] == "jit-toolchain")
+    assert check["status"] == "fail" and "no C compiler (CC, gcc, clang)" in check["summary"]
+    assert "apt-get install gcc" in check["fix"] and "InvalidCxxCompiler" in " ".join(check["details"])
 
 
 IN_PLACE_UPGRADE = r"""

@@ -1,4 +1,5 @@
-"""Publish and pull against a real Distribution registry on loopback, faults included."""
+"""Publish and pull against a real Distribution registry on loopback, faults included. Publish pushes
+the blobs verlenv wrote over HTTP (no engine); the engine is used only to check what a docker pull gets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from tests.helpers.engine import forget_registry_tags
 from tests.helpers.faultproxy import FAKE_DIGEST, lying_proxy
 from verlenv.cli import main
-from verlenv.errors import CheckFailed, IntegrityError, ServiceError
+from verlenv.errors import CheckFailed, ConfigError, IntegrityError, ServiceError
 from verlenv.image import services
 from verlenv.paths import ProjectPaths
 from verlenv.release.publish import publish
@@ -30,30 +31,65 @@ def shared_registry(engine, tmp_path_factory: pytest.TempPathFactory):  # type: 
     forget_registry_tags(engine, reg.host)
 
 
+def _private(cache: Cache, where: Path) -> Cache:
+    """A cache holding the built image (files, layers, image configs hard-linked) but no acceptance reports."""
+    import os
+    import shutil
+
+    own = Cache(where)
+    for folder in ("files", "layers", "images"):
+        shutil.copytree(cache.root / folder, own.root / folder, copy_function=os.link)
+    return own
+
+
 def _repositories(registry: services.Registry) -> list[str]:
     with urllib.request.urlopen(f"http://{registry.host}/v2/_catalog", timeout=10) as response:
         return json.loads(response.read())["repositories"]
 
 
 def test_an_image_that_was_not_accepted_is_refused_and_nothing_is_pushed(  # type: ignore[no-untyped-def]
-    engine, cpu_smoke, project_copy: ProjectPaths, registry: services.Registry, tmp_path: Path
+    engine, cpu_smoke, project_copy: ProjectPaths, cache: Cache, registry: services.Registry, tmp_path: Path
 ) -> None:
     target = tmp_path / "catalog.json"
     with pytest.raises(CheckFailed, match="no acceptance report"):
-        publish(project_copy, "cpu-smoke", Cache(tmp_path / "empty"), f"{registry.host}/verlenv", target)
+        publish(project_copy, "cpu-smoke", _private(cache, tmp_path / "c"), f"{registry.host}/verlenv", target)
     assert _repositories(registry) == [] and not target.exists()
+
+
+def test_an_image_this_cache_did_not_build_is_refused(  # type: ignore[no-untyped-def]
+    engine, cpu_smoke, project_copy: ProjectPaths, registry: services.Registry, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match="was not built with this cache"):
+        publish(project_copy, "cpu-smoke", Cache(tmp_path / "empty"), f"{registry.host}/verlenv", tmp_path / "c.json")
+    assert _repositories(registry) == []
 
 
 def test_a_report_for_another_image_is_refused(  # type: ignore[no-untyped-def]
     engine, accepted, project_copy: ProjectPaths, cache: Cache, registry: services.Registry, tmp_path: Path
 ) -> None:
-    private = Cache(tmp_path / "cache")
+    private = _private(cache, tmp_path / "cache")
     report = json.loads(cache.acceptance_report(accepted.image_id).read_text())
     report["image_id"] = "sha256:" + "1" * 64
     private.acceptance_report(accepted.image_id).parent.mkdir(parents=True)
     private.acceptance_report(accepted.image_id).write_text(json.dumps(report))
     with pytest.raises(CheckFailed, match="the acceptance report is for image sha256:111"):
         publish(project_copy, "cpu-smoke", private, f"{registry.host}/verlenv", tmp_path / "catalog.json")
+    assert _repositories(registry) == []
+
+
+def test_a_report_from_another_tree_is_refused(  # type: ignore[no-untyped-def]
+    engine, accepted, project_copy: ProjectPaths, cache: Cache, registry: services.Registry, tmp_path: Path
+) -> None:
+    """Same image ID, but the run's file manifest is not the image's: it did not run in this image."""
+    report = json.loads(cache.acceptance_report(accepted.image_id).read_text())
+    assert report["files_manifest_sha256"] == accepted.files_sha256  # the engine run is the image's tree
+    report["files_manifest_sha256"] = "f" * 64
+    elsewhere = tmp_path / "gpu-report.json"
+    elsewhere.write_text(json.dumps(report))
+    with pytest.raises(CheckFailed, match="ran in a tree with file manifest ffffffffffffffff"):
+        publish(
+            project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", tmp_path / "c.json", report_file=elsewhere
+        )
     assert _repositories(registry) == []
 
 
@@ -91,7 +127,7 @@ def test_registry_down_before_the_push(  # type: ignore[no-untyped-def]
     target = tmp_path / "catalog.json"
     target.write_text('{"images": {}, "schema_version": 1}\n')
     registry.stop()
-    with pytest.raises(ServiceError, match="does not answer; nothing was pushed") as info:
+    with pytest.raises(ServiceError, match="cannot be reached") as info:
         publish(project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", target)
     assert info.value.exit_code == 5
     assert target.read_text() == '{"images": {}, "schema_version": 1}\n'
@@ -111,23 +147,24 @@ def test_publish_pull_by_digest_and_rerun_without_duplicates(  # type: ignore[no
     entry = json.loads(target.read_text())["images"]["cpu-smoke"]
     assert entry["digest"] == done.entry.digest and entry["image_id"] == accepted.image_id
     assert entry["acceptance"]["passed"] is True and entry["components"]["torch"] == "2.13.0+cpu"
+    assert entry["labels"]["io.verlenv.files-manifest-sha256"] == accepted.files_sha256
     assert sorted(t.rsplit(":", 1)[1] for t in entry["tags"]) == sorted(
         ["cpu-smoke", f"cpu-smoke-{entry['lock_sha256'][:12]}"]
     )
-    # the cluster side: nothing local, pull by digest through the catalog
-    for ref in (*entry["tags"], f"{entry['repository']}:{entry['attachment']}"):
-        engine.images.remove(ref, force=True)
-    assert main(["pull", "cpu-smoke", "--catalog", str(target)]) == 0
+    # the cluster side, through the engine too: pull by digest, and it is the image that was accepted
+    assert main(["pull", "cpu-smoke", "--catalog", str(target), "--engine"]) == 0
     out = capsys.readouterr().out
-    assert f"apptainer pull docker://{entry['repository']}@{entry['digest']}" in out
-    assert "enroot import 'docker://127.0.0.1:" in out and entry["digest"] in out
+    hex12 = entry["digest"].removeprefix("sha256:")[:12]
+    assert f"apptainer pull cpu-smoke-{hex12}.sif docker://{entry['repository']}@{entry['digest']}" in out
+    assert f"enroot import -o cpu-smoke-{hex12}.sqsh 'docker://127.0.0.1:" in out
     pulled = engine.images.get(f"{entry['repository']}@{entry['digest']}")
     assert pulled.labels["io.verlenv.lock-sha256"] == entry["lock_sha256"] and pulled.id == accepted.image_id
     assert pull(entry["tags"][0].rsplit(":", 1)[1], str(target)).entry.digest == entry["digest"]
-    # a re-run replaces the entry: same digest, still one entry
+    # a re-run replaces the entry: same digest, still one entry, nothing sent again
     before = target.read_text()
-    publish(project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", target)
+    again = publish(project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", target)
     assert target.read_text() == before and list(json.loads(before)["images"]) == ["cpu-smoke"]
+    assert again.uploaded == 0
 
 
 def test_pull_of_a_tag_the_catalog_does_not_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,7 +185,6 @@ def test_digest_mismatch_on_read_back_leaves_the_catalog_alone(  # type: ignore[
         pytest.raises(IntegrityError, match=f"registry reports {FAKE_DIGEST}") as info,
     ):
         publish(project_copy, "cpu-smoke", cache, f"{proxy}/verlenv", target)
-    forget_registry_tags(engine, proxy)  # publish tagged the image under the proxy's address
     assert info.value.exit_code == 6 and not target.exists()
 
 
@@ -166,7 +202,7 @@ def test_registry_killed_during_the_push_then_a_rerun_succeeds(  # type: ignore[
 
     killer = threading.Thread(target=kill_when_uploading)
     killer.start()
-    with pytest.raises(ServiceError, match=r"catalog unchanged|does not answer|did not answer"):
+    with pytest.raises(ServiceError, match=r"failed|cannot be reached"):
         publish(project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", target)
     killer.join()
     assert not target.exists()

@@ -74,12 +74,30 @@ def test_hash_mismatch_on_arrival_names_file_and_hashes_and_keeps_nothing(tmp_pa
     assert not project.cache.file_dir(wrong).exists()
 
 
-def test_corrupted_cache_entry_is_detected_on_reuse(tmp_path, wheels) -> None:  # type: ignore[no-untyped-def]
+def test_a_corrupt_cached_file_is_named_offline_with_both_hashes_exit_6(tmp_path, wheels) -> None:  # type: ignore[no-untyped-def]
     project = make_project(tmp_path / "p", wheels)
-    stored = project.cache.file_dir(sha256(wheels[0])) / wheels[0].name
+    good = sha256(wheels[0])
+    stored = project.cache.file_dir(good) / wheels[0].name
     stored.write_bytes(stored.read_bytes()[:-10] + b"tampered!!")  # size kept, mtime changes
-    assert project.cache.cached_file(sha256(wheels[0])) is None
-    assert not stored.exists()
+    bad = sha256(stored)
+    with pytest.raises(IntegrityError) as info:
+        _fill(project, offline=True)
+    assert info.value.exit_code == 6
+    assert f"{stored} failed its hash: expected sha256 {good}, it hashes to {bad}" in info.value.message
+    assert stored.exists()  # nothing deleted behind the user's back offline
+
+
+def test_a_corrupt_cached_file_is_fetched_again_online_with_a_warning(tmp_path, wheels, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    project = make_project(tmp_path / "p", wheels)
+    good = sha256(wheels[0])
+    stored = project.cache.file_dir(good) / wheels[0].name
+    stored.write_bytes(stored.read_bytes()[:-10] + b"tampered!!")
+    with serve(wheels[0].parent) as (url, _):
+        monkeypatch.setenv("VERLENV_INDEX_URL", url)
+        _fill(project)
+    err = capsys.readouterr().err
+    assert "failed its hash" in err and f"fetching {wheels[0].name.split('-')[0]}" in err
+    assert sha256(project.cache.file_dir(good) / wheels[0].name) == good
 
 
 def test_partial_download_resumes_with_range(tmp_path, wheels, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -14,9 +14,6 @@ from typing import Any
 
 from verlenv import atomic
 from verlenv.errors import CheckFailed, ConfigError
-from verlenv.image.build import image_repository
-from verlenv.image.services import ensure_engine
-from verlenv.lock.lockfile import read_lock
 from verlenv.paths import ProjectPaths
 from verlenv.wheels.cache import Cache
 
@@ -41,6 +38,10 @@ def load_report(cache: Cache, image_id: str) -> dict[str, Any] | None:
 
 def profile_image(paths: ProjectPaths, profile: str) -> str:
     """The image built from the profile's current lock: verlenv/<profile>:<lock sha256[:12]>."""
+    # imported here: a GPU host with no engine stores its reports with this module, and no build stack
+    from verlenv.image.build import image_repository
+    from verlenv.lock.lockfile import read_lock
+
     lock = read_lock(paths.lock(profile))
     return f"{image_repository(profile)}:{lock.sha256[:12]}"
 
@@ -50,6 +51,8 @@ def accept_image(
 ) -> tuple[dict[str, Any], Path]:
     import docker.errors
     from docker.types import DeviceRequest
+
+    from verlenv.image.services import ensure_engine
 
     engine = ensure_engine()
     reference = image or profile_image(paths, profile)

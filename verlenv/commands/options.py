@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from verlenv.paths import ProjectPaths
-from verlenv.profiles.profile import default_profile
 from verlenv.wheels.cache import Cache, default_root
 
 
@@ -15,7 +14,12 @@ def add_profile_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def profile_of(args: argparse.Namespace, paths: ProjectPaths) -> str:
-    return args.profile or default_profile(paths)
+    if args.profile:
+        return args.profile
+    # here, not at the top: accept-image --rootfs and rootfs run on a GPU node need only the standard library
+    from verlenv.profiles.profile import default_profile
+
+    return default_profile(paths)
 
 
 def add_cache_option(parser: argparse.ArgumentParser, what: str = "cache directory") -> None:

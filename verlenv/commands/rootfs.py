@@ -29,6 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     verify = sub.add_parser("verify", help="check that DIR is exactly the image's tree")
     inv = sub.add_parser("inventory", help="(on the target) list the files its installed distributions hold")
     apply = sub.add_parser("apply", help="(on the target) make the image's tree from a pack and its own files")
+    run = sub.add_parser("run", help="(on the target) run a command in the tree, as accept-image --rootfs does")
     for action in (mat, pack, verify):
         add_profile_option(action, "profile whose built image to use")
         action.add_argument("--image", default="", help="image ID (default: the profile's lockfiles/NAME.image.json)")
@@ -37,18 +38,29 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("--have", type=Path, required=True, help="the target's inventory (.json.gz)")
     pack.add_argument("--out", type=Path, required=True, help="folder for rootfs.json, files.gz and the parts")
     pack.add_argument("--part-mib", type=int, default=58, help="largest part in MiB (default 58)")
+    pack.add_argument("--xz-level", type=int, default=6, choices=range(10), metavar="0-9", help="xz preset (default 6)")
     verify.add_argument("dir", type=Path)
     verify.add_argument("--bundle", type=Path, help="take the manifest from a pack folder instead of the cache")
     inv.add_argument("out", type=Path, help="where to write the inventory (.json.gz)")
     apply.add_argument("bundle", type=Path)
     apply.add_argument("dir", type=Path)
     apply.add_argument("inventory", type=Path)
-    parser.add_argument("--json", action="store_true", help="machine-readable result")
+    for action in (mat, pack, verify, inv, apply):
+        action.add_argument("--json", action="store_true", help="machine-readable result")
+    run.add_argument("dir", type=Path)
+    run.add_argument("--bundle", type=Path, required=True, help="the pack folder: image ID, config env, file manifest")
+    run.add_argument("--runner", choices=("auto", "bwrap", "chroot"), default="auto")
+    run.add_argument("--scratch", type=Path, required=True, help="writable HOME and mount points")
+    run.add_argument("--no-verify", action="store_true", help="skip the file-by-file check (it was just made)")
+    run.add_argument("--timeout", type=float, default=3600.0)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command, run in the tree")
 
 
 def execute(args: argparse.Namespace) -> int:
     from verlenv.image import rootfs
 
+    if args.action == "run":
+        return _run(args)
     try:
         result = _ACTIONS[args.action](args)
     except rootfs.RootfsError as exc:
@@ -135,6 +147,24 @@ def _apply(args: argparse.Namespace) -> dict[str, object]:
     manifest = rootfs.apply(args.bundle, args.dir, rootfs.read_gz_json(args.inventory))
     rootfs.verify_tree(args.dir, manifest)
     return {"dir": str(args.dir), "files_sha256": manifest.sha256, "identical": True}
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Its own exit code and output, untouched: doctor's JSON comes through as doctor wrote it."""
+    from verlenv.accept.rootfs_run import ImageFacts, pick_runner, plan, run_in_tree
+    from verlenv.image import rootfs
+
+    command = [c for c in args.command if c != "--"] or ["bash"]
+    try:
+        image = ImageFacts.from_bundle(args.bundle)
+        if not args.no_verify:
+            rootfs.verify_tree(args.dir, image.manifest)
+        proc = run_in_tree(plan(args.dir, image, args.scratch, pick_runner(args.runner), {}), command, args.timeout)
+    except rootfs.RootfsError as exc:
+        raise IntegrityError(str(exc)) from None
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode
 
 
 _ACTIONS = {

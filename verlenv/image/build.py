@@ -37,7 +37,7 @@ from verlenv.lock.lockfile import Lock
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile
 from verlenv.verify.report import require_verified
-from verlenv.wheels.cache import Cache
+from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.sdists import wheel_from_sdist
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
 
@@ -125,6 +125,8 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
         with timer.stage("extensions"):
             lower = _build_env_layers(profile, files, installer, cache, done)
             files = _extensions(paths, profile, files, base, lower, dict(env), cache, options.quiet)
+        with timer.stage("checks"):
+            verify_sha = _reverify(paths, profile.name, cache)
     manifest = _manifest(profile, lock, verify_sha, files, base, epoch)
     with timer.stage("layers"):
         done = _install(profile, files, installer, cache, done, manifest, options.quiet)
@@ -278,6 +280,21 @@ def _build_env_layers(
             wheels = tuple(h for h in groups[name] if h.is_wheel)
             lower.append(NamedLayer(f"{name}-for-build", install.wheels_layer(installer, cache, name, wheels), ""))
     return lower
+
+
+def _reverify(paths: ProjectPaths, name: str, cache: Cache) -> str:
+    """The verify report again, now that the built wheels exist: their extensions are ELF-checked
+    against torch before they go into the image, and the image's label names the report that did."""
+    from verlenv.verify.report import verify_profile, write_report
+
+    report = verify_profile(paths, name, cache, quiet=True)
+    write_report(report, paths.verify_report(name))
+    if not report.ok:
+        raise CheckFailed(
+            f"refusing to build {name}: verify fails once the built wheels are checked",
+            hint=f"verlenv verify --profile {name} -v",
+        )
+    return sha256_of(paths.verify_report(name))
 
 
 # What an extension build is compiled with, by sha256: torch (its version, CUDA and C++ ABI), the

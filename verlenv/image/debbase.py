@@ -153,7 +153,10 @@ def _mmdebstrap(
         "LC_ALL": "C",
     }
     tail: deque[str] = deque(maxlen=30)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+    # umask 022: maintainer scripts create files (shadow, ld.so.cache, dpkg's database) with it
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, umask=0o022
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             tail.append(line.rstrip())

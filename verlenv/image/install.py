@@ -118,25 +118,25 @@ def _build(
 
 
 def _run(installer: Installer, name: str, script: str, wheels: Path, out: Path) -> None:
-    client = installer.client
     volumes = {
         str(wheels): {"bind": "/wheels", "mode": "ro"},
         str(installer.pip.path.parent): {"bind": "/pip", "mode": "ro"},
         str(out): {"bind": "/out", "mode": "rw"},
     }
     env = {"SOURCE_DATE_EPOCH": str(installer.epoch), "PIP_NO_CACHE_DIR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    container = client.containers.run(  # type: ignore[attr-defined]
-        installer.base_ref,
-        ["sh", "-c", script],
-        detach=True,
-        network_mode="none",
-        volumes=volumes,
-        environment=env,
+    code, output = run_offline(installer.client, installer.base_ref, script, volumes, env)
+    if code != 0:
+        tail = output.strip().splitlines()[-25:]
+        raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
+
+
+def run_offline(client, image: str, script: str, volumes: dict, env: dict[str, str]) -> tuple[int, str]:  # type: ignore[no-untyped-def, type-arg]
+    """(exit code, output) of ``script`` in a throwaway container of ``image`` with no network at all."""
+    container = client.containers.run(
+        image, ["sh", "-c", script], detach=True, network_mode="none", volumes=volumes, environment=env
     )
     try:
         status = container.wait(timeout=3600)
-        if status.get("StatusCode") != 0:
-            tail = container.logs().decode(errors="replace").strip().splitlines()[-25:]
-            raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
+        return int(status.get("StatusCode", 1)), container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)

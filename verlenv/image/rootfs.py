@@ -121,6 +121,7 @@ def pack(
     have: dict[str, list[object]],
     out: Path,
     part_bytes: int,
+    level: int = 6,
 ) -> Bundle:
     """Write the files of ``manifest`` that ``have`` (the target's inventory) lacks into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def pack(
     sources = _sources(layers, {e.path for e in carried})
     groups = []
     for index, members in enumerate(_grouped(carried)):
-        groups.append(_write_group(f"g{index:03d}", members, sources, out, part_bytes))
+        groups.append(_write_group(f"g{index:03d}", members, sources, out, part_bytes, level))
     bundle = Bundle(image_id, manifest.sha256, config.decode(), tuple(groups), reuse)
     (out / MANIFEST_NAME).write_text(bundle.to_json())
     _write_manifest(manifest, out)
@@ -171,10 +172,10 @@ def _grouped(entries: list[Entry]) -> Iterator[list[Entry]]:
 
 
 def _write_group(
-    name: str, members: list[Entry], sources: dict[str, tuple[Path, int, int]], out: Path, part_bytes: int
+    name: str, members: list[Entry], sources: dict[str, tuple[Path, int, int]], out: Path, part_bytes: int, level: int
 ) -> Group:
     stream = out / f"{name}.tar.xz"
-    with _xz_writer(stream) as sink, tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    with _xz_writer(stream, level) as sink, tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for entry in members:
             layer, offset, size = sources[entry.path]
             info = tarfile.TarInfo(entry.path)
@@ -200,18 +201,18 @@ class _Limited(io.RawIOBase):
 class _xz_writer:
     """A file-like sink compressing through `xz -T0` when the host has it (all cores), lzma otherwise."""
 
-    def __init__(self, target: Path) -> None:
-        self.target = target
+    def __init__(self, target: Path, level: int = 6) -> None:
+        self.target, self.level = target, level
         self.proc: subprocess.Popen[bytes] | None = None
         self.file: io.BufferedWriter | lzma.LZMAFile | None = None
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         if shutil.which("xz"):
             handle = self.target.open("wb")
-            self.proc = subprocess.Popen(["xz", "-T0", "-6", "-c"], stdin=subprocess.PIPE, stdout=handle)
+            self.proc = subprocess.Popen(["xz", "-T0", f"-{self.level}", "-c"], stdin=subprocess.PIPE, stdout=handle)
             handle.close()
             return self.proc.stdin
-        self.file = lzma.open(self.target, "wb", preset=6)
+        self.file = lzma.open(self.target, "wb", preset=self.level)
         return self.file
 
     def __exit__(self, *exc: object) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from verlenv import atomic
+from verlenv.errors import IntegrityError
 
 CACHE_ENV = "VERLENV_CACHE"
 CHUNK = 1 << 20
@@ -30,6 +31,17 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+class CorruptCacheFile(IntegrityError):
+    """A cached file whose bytes no longer hash to the sha256 it is stored under."""
+
+    def __init__(self, path: Path, expected: str, actual: str) -> None:
+        super().__init__(
+            f"the cached file {path} failed its hash: expected sha256 {expected}, it hashes to {actual}",
+            hint="delete it (or run online: verlenv fetches it again); a cache that changes under it is not safe",
+        )
+        self.path, self.expected, self.actual = path, expected, actual
+
+
 @dataclass(frozen=True)
 class Cache:
     root: Path
@@ -44,7 +56,8 @@ class Cache:
         return self.root / "files" / "sha256" / sha256[:2] / sha256
 
     def cached_file(self, sha256: str) -> Path | None:
-        """The stored file for ``sha256``, re-hashed unless its size and mtime match the stamp."""
+        """The stored file for ``sha256``, re-hashed unless its size and mtime match the stamp;
+        CorruptCacheFile (exit 6) when it no longer hashes to it."""
         folder = self.file_dir(sha256)
         files = [p for p in folder.glob("*") if not p.name.startswith(".")] if folder.is_dir() else []
         if len(files) != 1:
@@ -53,11 +66,17 @@ class Cache:
         stamp = folder / ".stamp"
         if stamp.exists() and stamp.read_text() == self._stamp(path):
             return path
-        if sha256_of(path) != sha256:
-            path.unlink()  # corrupted since it arrived: never hand it out
-            return None
+        actual = sha256_of(path)
+        if actual != sha256:
+            raise CorruptCacheFile(path, sha256, actual)  # never handed out; the caller says what to do
         self._write_stamp(path)
         return path
+
+    def discard(self, sha256: str) -> None:
+        """Remove what is stored for ``sha256`` (a corrupt file, before it is fetched again)."""
+        folder = self.file_dir(sha256)
+        for path in folder.glob("*") if folder.is_dir() else ():
+            path.unlink()
 
     def store(self, source: Path, sha256: str, filename: str) -> Path:
         """Move a verified download into the store (atomic rename within one filesystem)."""

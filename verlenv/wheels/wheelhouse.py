@@ -32,7 +32,7 @@ from verlenv.lock.index import IndexFile, default_index_url, project_files
 from verlenv.lock.lockfile import Lock, LockedDist
 from verlenv.lock.tools import pip_command, run
 from verlenv.profiles.profile import Profile
-from verlenv.wheels.cache import CHUNK, Cache, sha256_of
+from verlenv.wheels.cache import CHUNK, Cache, CorruptCacheFile, sha256_of
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def fill(
     found: dict[str, HouseFile] = {}
     missing: list[LockedDist] = []
     for dist in lock.dists:
-        cached = _from_cache(dist, cache, tags)
+        cached = _from_cache(dist, cache, tags, offline)
         if cached:
             found[dist.name] = cached
         else:
@@ -167,10 +167,17 @@ def fill(
     return Wheelhouse(tuple(found[d.name] for d in lock.dists), len(missing), progress.bytes)
 
 
-def _from_cache(dist: LockedDist, cache: Cache, tags: list[Tag]) -> HouseFile | None:
+def _from_cache(dist: LockedDist, cache: Cache, tags: list[Tag], offline: bool = True) -> HouseFile | None:
     best: tuple[int, HouseFile] | None = None
     for sha in dist.hashes:
-        path = cache.cached_file(sha)
+        try:
+            path = cache.cached_file(sha)
+        except CorruptCacheFile as exc:
+            if offline:
+                raise
+            print(f"warning: {exc.message}; fetching {dist.pin} again", file=sys.stderr, flush=True)
+            cache.discard(sha)
+            continue
         if path is None:
             continue
         rank = _rank(path.name, tags)

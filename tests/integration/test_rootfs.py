@@ -1,0 +1,93 @@
+"""The cpu-smoke image's own tree, on this host with no container: unpacked from the layer store,
+proven file by file, run read-only under bubblewrap and chroot (as root) with driver libraries bound
+in, accepted there, and published on the strength of that report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from verlenv.accept.rootfs_run import DRIVER_MOUNT, ImageFacts, RunPlan, accept_in_tree, plan, run_in_tree
+from verlenv.cli import main
+from verlenv.image import rootfs
+from verlenv.image.stored import stored_image
+from verlenv.paths import ProjectPaths
+from verlenv.release.publish import publish
+from verlenv.wheels.cache import Cache
+
+
+@pytest.fixture(scope="module")
+def tree(cpu_smoke, cache: Cache, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """(tree, pack folder): the image unpacked, and what a `rootfs pack` would carry beside it."""
+    image = stored_image(cache, cpu_smoke.image_id)
+    where = tmp_path_factory.mktemp("rootfs")
+    target, pack = where / "tree", where / "pack"
+    rootfs.materialize(image.layer_paths, target)
+    manifest = image.manifest()
+    pack.mkdir()
+    bundle = rootfs.Bundle(image.image_id, manifest.sha256, image.config.decode(), (), ())
+    (pack / rootfs.MANIFEST_NAME).write_text(bundle.to_json())
+    manifest.write(pack / "files.gz")
+    return target, pack
+
+
+def test_the_unpacked_tree_is_the_image_file_by_file(tree, cpu_smoke, capsys) -> None:  # type: ignore[no-untyped-def]
+    target, _ = tree
+    assert main(["rootfs", "verify", str(target), "--image", cpu_smoke.image_id, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["identical"] and result["files_sha256"] == cpu_smoke.files_sha256
+
+
+def test_chroot_runs_the_tree_read_only_with_the_driver_folder_bound_in(tree, cpu_smoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    target, pack = tree
+    drivers = tmp_path / "drivers"
+    drivers.mkdir()
+    (drivers / "libcuda.so.1").write_text("a stand-in: only its presence is checked\n")
+    base = plan(target, ImageFacts.from_bundle(pack), tmp_path / "scratch", "chroot", {})
+    run = RunPlan(target, base.scratch, "chroot", {**base.env, "LD_LIBRARY_PATH": DRIVER_MOUNT}, drivers)
+    command = [
+        "sh",
+        "-c",
+        f"echo id=$VERLENV_IMAGE_ID; ls {DRIVER_MOUNT}; python -c 'import torch; print(torch.__version__)'; "
+        "touch /opt/venv/x 2>&1 || echo read-only; touch $HOME/y && echo home-writable",
+    ]
+    proc = run_in_tree(run, command, timeout_s=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"id={cpu_smoke.image_id}" in proc.stdout and "libcuda.so.1" in proc.stdout
+    assert "2.13.0+cpu" in proc.stdout and "read-only" in proc.stdout and "home-writable" in proc.stdout
+    rootfs.verify_tree(target, ImageFacts.from_bundle(pack).manifest)  # the run changed nothing
+
+
+def test_accepted_in_its_own_tree_under_bubblewrap_then_published(  # type: ignore[no-untyped-def]
+    tree, cpu_smoke, project_copy: ProjectPaths, cache: Cache, registry, tmp_path: Path
+) -> None:
+    target, pack = tree
+    report = accept_in_tree(
+        target, ImageFacts.from_bundle(pack), tmp_path / "scratch", runner="bwrap",
+        suite_args=("--steps", "15", "--no-distributed"),
+    )  # fmt: skip
+    assert report["passed"], report["verdicts"]
+    assert report["image_id"] == cpu_smoke.image_id and report["files_manifest_sha256"] == cpu_smoke.files_sha256
+    assert report["ran_in"]["runner"] == "bwrap"
+    carried = tmp_path / "report.json"
+    carried.write_text(json.dumps(report))
+    done = publish(
+        project_copy, "cpu-smoke", cache, f"{registry.host}/verlenv", tmp_path / "catalog.json", report_file=carried
+    )
+    assert done.entry.acceptance["runner"] == "bwrap" and done.entry.image_id == cpu_smoke.image_id
+
+
+def test_a_changed_tree_is_refused_naming_the_path(tree, capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    target, pack = tree
+    victim = target / "opt/verlenv/manifest.json"
+    original = victim.read_bytes()
+    victim.write_bytes(original.replace(b'"profile"', b'"profil3"'))
+    try:
+        code = main(["accept-image", "--rootfs", str(target), "--bundle", str(pack), "--scratch", str(tmp_path)])
+    finally:
+        victim.write_bytes(original)
+    assert code == 6
+    err = capsys.readouterr().err
+    assert "is not the image's tree" in err and "content  opt/verlenv/manifest.json" in err

@@ -1,0 +1,122 @@
+"""Packing an image for a host with no engine and applying it there: only what the host lacks travels,
+every part and reused file is checked, and the result is the image's tree, owners and modes included."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from verlenv.image import oci, rootfs
+from verlenv.image.filemanifest import merge, of_tree
+from verlenv.image.tarlayer import tree_items, write_layer
+
+EPOCH = 1790294400
+SITE = "opt/venv/lib/python3.11/site-packages"
+
+
+def _image(tmp_path: Path) -> tuple[list[Path], bytes, str, list]:  # type: ignore[type-arg]
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "usr/bin").mkdir(parents=True)
+    (lower / "usr/bin/tool").write_bytes(b"#!/bin/sh\necho tool\n")
+    (lower / "usr/bin/tool").chmod(0o4755)  # setuid survives
+    (lower / "usr/bin/tool-link").symlink_to("tool")
+    (lower / "etc").mkdir()
+    (lower / "etc/config").write_text("a=1\n")
+    (upper / SITE / "pkg").mkdir(parents=True)
+    (upper / SITE / "pkg/big.so").write_bytes(os.urandom(200_000))  # the host will have this one
+    (upper / SITE / "pkg/__init__.py").write_text("X = 1\n")
+    (upper / "etc").mkdir()
+    (upper / "etc/config").write_text("a=2\n")  # a later layer replaces a file
+    layers, infos = [], []
+    for name, tree in (("lower", lower), ("upper", upper)):
+        info = write_layer(tree_items(tree), tmp_path / f"{name}.tar", EPOCH)
+        layers.append(oci.Layer(info.diff_id, tmp_path / f"{name}.tar", name))
+        infos.append(info.entries)
+    config = oci.config_bytes(oci.ImageSpec(env=(("PATH", "/usr/bin"),), labels=()), layers)
+    return [layer.path for layer in layers], config, oci.image_id(config), infos
+
+
+def _host_with(tmp_path: Path, data: bytes) -> dict[str, list[object]]:
+    """A 'host' site-packages whose RECORD lists a file with ``data``: what `rootfs inventory` reads."""
+    site = tmp_path / "host-site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg/big.so").write_bytes(data)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    (site / "pkg-1.dist-info").mkdir()
+    (site / "pkg-1.dist-info/RECORD").write_text(f"pkg/big.so,sha256={digest},{len(data)}\npkg-1.dist-info/RECORD,,\n")
+    return rootfs.inventory([site])
+
+
+def test_pack_carries_only_what_the_host_lacks_and_apply_makes_the_image_tree(tmp_path: Path) -> None:
+    layers, config, image_id, entries = _image(tmp_path)
+    manifest = merge(entries)
+    big = (tmp_path / "upper" / SITE / "pkg/big.so").read_bytes()
+    have = _host_with(tmp_path, big)
+    bundle = rootfs.pack(manifest, layers, config, image_id, have, tmp_path / "pack", part_bytes=4096)
+    assert [path for path, _, _ in bundle.reuse] == [f"{SITE}/pkg/big.so"]
+    parts = [p for g in bundle.groups for p in g.parts]
+    assert sum(p.size for p in parts) < 100_000 and len(parts) >= 1
+    target = tmp_path / "tree"
+    applied = rootfs.apply(tmp_path / "pack", target, have, workers=2)
+    rootfs.verify_tree(target, applied)
+    assert of_tree(target).sha256 == manifest.sha256
+    assert (target / "etc/config").read_text() == "a=2\n"
+    assert (target / "usr/bin/tool").stat().st_mode & 0o7777 == 0o4755
+    assert str((target / "usr/bin/tool-link").readlink()) == "tool"
+
+
+def test_a_damaged_part_is_refused_before_anything_is_unpacked(tmp_path: Path) -> None:
+    layers, config, image_id, entries = _image(tmp_path)
+    bundle = rootfs.pack(merge(entries), layers, config, image_id, {}, tmp_path / "pack", part_bytes=4096)
+    part = tmp_path / "pack" / bundle.groups[0].parts[0].name
+    data = bytearray(part.read_bytes())
+    data[100] ^= 1
+    part.write_bytes(bytes(data))
+    with pytest.raises(rootfs.RootfsError, match=f"part {part.name} does not have sha256"):
+        rootfs.apply(tmp_path / "pack", tmp_path / "tree", {})
+    assert not (tmp_path / "tree").exists()
+
+
+def test_a_host_file_that_lies_about_its_hash_is_refused(tmp_path: Path) -> None:
+    layers, config, image_id, entries = _image(tmp_path)
+    big = (tmp_path / "upper" / SITE / "pkg/big.so").read_bytes()
+    have = _host_with(tmp_path, big)
+    rootfs.pack(merge(entries), layers, config, image_id, have, tmp_path / "pack", part_bytes=1 << 20)
+    (tmp_path / "host-site/pkg/big.so").write_bytes(b"x" * len(big))  # changed since its RECORD was written
+    with pytest.raises(rootfs.RootfsError, match="its RECORD is wrong"):
+        rootfs.apply(tmp_path / "pack", tmp_path / "tree", have)
+
+
+def test_verify_names_the_first_paths_that_differ(tmp_path: Path) -> None:
+    layers, _, _, entries = _image(tmp_path)
+    manifest = merge(entries)
+    target = tmp_path / "tree"
+    rootfs.materialize(layers, target)
+    rootfs.verify_tree(target, manifest)
+    (target / "etc/config").write_text("a=3\n")
+    (target / "etc/extra").write_text("")
+    with pytest.raises(rootfs.RootfsError) as info:
+        rootfs.verify_tree(target, manifest)
+    assert "content  etc/config" in str(info.value) and "extra    etc/extra" in str(info.value)
+
+
+def test_the_inventory_command_runs_with_the_standard_library_only(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "inv.json.gz"
+    code = subprocess.run(
+        [sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); from verlenv.image import rootfs; "
+         "sys.exit(rootfs.main(['inventory', sys.argv[2]]))", str(Path(rootfs.__file__).parents[2]), str(out)],
+        check=False,
+    ).returncode  # fmt: skip
+    assert code == 0
+    with gzip.open(out, "rt") as handle:
+        found = json.load(handle)
+    assert all(len(sha) == 64 and isinstance(entry[1], int) for sha, entry in found.items())
