@@ -134,7 +134,8 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     spec = oci.ImageSpec(env=env, labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch)
     with timer.stage("load"):
         first = _stack(base, layers)
-        checked = oci.load(client, oci.config_bytes(spec, first), first)
+        seeded = [*first, *_previous_record(paths, profile.name, store)]
+        checked = oci.load(client, oci.config_bytes(spec, seeded), seeded)
     with timer.stage("self-check"):
         record_layer = _self_check(client, checked, store, epoch, options.quiet)
     with timer.stage("load"):
@@ -323,6 +324,16 @@ def _build_inputs(files: list[HouseFile], base: BaseImage) -> dict[str, str]:
         if name in _BASE_TOOLS:
             inputs[f"deb:{name}"] = version
     return dict(sorted(inputs.items()))
+
+
+def _previous_record(paths: ProjectPaths, name: str, store: LayerStore) -> list[oci.Layer]:
+    """The last build's ELF record, on top of the image the self-check runs in (never in the image
+    itself): doctor then re-reads only the shared objects whose size or mtime changed, and writes the
+    same record a full scan would."""
+    committed = expected.read(record_path(paths, name))
+    last = committed.layers[-1] if committed and committed.layers else None
+    stored = store.by_diff_id(last.diff_id) if last and last.name == "self-check" else None
+    return [oci.Layer(stored.diff_id, stored.path, "the previous ELF record")] if stored else []
 
 
 def _manifest_items(manifest: Manifest) -> tuple[Item, ...]:
