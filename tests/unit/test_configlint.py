@@ -378,9 +378,13 @@ def test_wheel_lint_says_what_it_did_not_check(verl091: Path, tmp_path: Path, ca
 
 
 def test_installed_from_a_lock_or_a_manifest(verl091: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    lock = Path(__file__).resolve().parents[2] / "lockfiles" / "verl0.9.1-vllm0.24.0-torch2.11.0-cu130.lock"
+    locks = Path(__file__).resolve().parents[2] / "lockfiles"
+    lock = locks / "verl0.9.1-sglang0.5.12-torch2.11.0-cu130.lock"  # builds no flash-attn
     code, report = _run(capsys, CONSOLE, "--verl-wheel", str(verl091), "--installed-from", str(lock))
     assert code == 1 and f"the lock {lock} cannot run it: flash-attn is not in it" in report["findings"][0]["message"]
+    built = locks / "verl0.9.1-vllm0.24.0-torch2.11.0-cu130.lock"  # builds flash-attn 2.8.3 from its sdist
+    code, report = _run(capsys, CONSOLE, "--verl-wheel", str(verl091), "--installed-from", str(built))
+    assert code == 0 and report["findings"] == [], report
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps(_manifest({"flash-attn": "2.8.3", "torch": "2.11.0"})))
     code, report = _run(capsys, CONSOLE, "--verl-wheel", str(verl091), "--installed-from", str(manifest))

@@ -120,3 +120,17 @@ def test_the_inventory_command_runs_with_the_standard_library_only(tmp_path: Pat
     with gzip.open(out, "rt") as handle:
         found = json.load(handle)
     assert all(len(sha) == 64 and isinstance(entry[1], int) for sha, entry in found.items())
+
+
+def test_a_second_pack_reuses_the_compressed_groups_of_unchanged_layers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    layers, config, image_id, entries = _image(tmp_path)
+    manifest = merge(entries)
+    keep = tmp_path / "keep"
+    first = rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "a", part_bytes=4096, keep=keep)
+    written: list[str] = []
+    original = rootfs._write_group
+    monkeypatch.setattr(rootfs, "_write_group", lambda *a, **k: written.append(a[0]) or original(*a, **k))
+    second = rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "b", part_bytes=4096, keep=keep)
+    assert written == [] and second.groups == first.groups
+    target = tmp_path / "tree"
+    rootfs.verify_tree(target, rootfs.apply(tmp_path / "b", target, {}, workers=2))

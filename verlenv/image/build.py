@@ -19,6 +19,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,17 +222,27 @@ def _install(
     manifest: Manifest | None,
     quiet: bool,
 ) -> dict[str, NamedLayer]:
-    """Install every layer not yet done whose wheels all exist; verlenv's only once the manifest does."""
+    """Install every layer not yet done whose wheels all exist; verlenv's only once the manifest does.
+    Two at a time: the small layers install while the torch layer's 4 GiB are written."""
     done = dict(done) or {"venv": NamedLayer("venv", install.venv_layer(installer, cache), "venv")}
-    for name, items in group_layers(profile, files).items():
-        if name in done or not all(h.is_wheel for h in items) or (name == "verlenv" and manifest is None):
-            continue
+    todo = [
+        (name, items)
+        for name, items in group_layers(profile, files).items()
+        if name not in done and all(h.is_wheel for h in items) and not (name == "verlenv" and manifest is None)
+    ]
+
+    def one(job: tuple[str, tuple[HouseFile, ...]]) -> NamedLayer:
+        name, items = job
         extra = _manifest_items(manifest) if name == "verlenv" and manifest else ()
         size = sum(h.path.stat().st_size for h in items)
         _say(f"layer {name}: {len(items)} wheel(s), {size / 2**30:.2f} GiB", quiet)
         stored = install.wheels_layer(installer, cache, name, items, extra)
         _say(f"layer {name}: {stored.diff_id[:19]} ({stored.size / 2**30:.2f} GiB)", quiet)
-        done[name] = NamedLayer(name, stored, name)
+        return NamedLayer(name, stored, name)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for layer in pool.map(one, todo):
+            done[layer.name] = layer
     return done
 
 

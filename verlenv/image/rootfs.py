@@ -122,8 +122,13 @@ def pack(
     out: Path,
     part_bytes: int,
     level: int = 6,
+    keep: Path | None = None,
 ) -> Bundle:
-    """Write the files of ``manifest`` that ``have`` (the target's inventory) lacks into ``out``."""
+    """Write the files of ``manifest`` that ``have`` (the target's inventory) lacks into ``out``.
+
+    Files are grouped by the layer they come from, so a group's content (and, in ``keep``, its
+    compressed parts) stays the same when another layer changes: packing again after a change to one
+    layer compresses only that layer's groups."""
     out.mkdir(parents=True, exist_ok=True)
     reuse = tuple(
         (e.path, e.sha256, e.size) for e in manifest.entries if e.kind == FILE and e.size and e.sha256 in have
@@ -132,8 +137,9 @@ def pack(
     carried = [e for e in manifest.entries if e.kind == FILE and e.path not in reused]
     sources = _sources(layers, {e.path for e in carried})
     groups = []
-    for index, members in enumerate(_grouped(carried)):
-        groups.append(_write_group(f"g{index:03d}", members, sources, out, part_bytes, level))
+    for index, members in enumerate(_grouped(carried, sources, layers)):
+        name = f"g{index:03d}"
+        groups.append(_kept_group(name, members, sources, out, part_bytes, level, keep))
     bundle = Bundle(image_id, manifest.sha256, config.decode(), tuple(groups), reuse)
     (out / MANIFEST_NAME).write_text(bundle.to_json())
     _write_manifest(manifest, out)
@@ -158,17 +164,58 @@ def _sources(layers: Sequence[Path], wanted: set[str]) -> dict[str, tuple[Path, 
     return found
 
 
-def _grouped(entries: list[Entry]) -> Iterator[list[Entry]]:
-    group: list[Entry] = []
-    size = 0
+def _grouped(
+    entries: list[Entry], sources: dict[str, tuple[Path, int, int]], layers: Sequence[Path]
+) -> Iterator[list[Entry]]:
+    """Per source layer (bottom first), cut into groups of at most GROUP_BYTES."""
+    order = {layer: index for index, layer in enumerate(layers)}
+    by_layer: dict[Path, list[Entry]] = {}
     for entry in entries:
-        if group and size + entry.size > GROUP_BYTES:
+        by_layer.setdefault(sources[entry.path][0], []).append(entry)
+    for layer in sorted(by_layer, key=order.__getitem__):
+        group: list[Entry] = []
+        size = 0
+        for entry in by_layer[layer]:
+            if group and size + entry.size > GROUP_BYTES:
+                yield group
+                group, size = [], 0
+            group.append(entry)
+            size += entry.size
+        if group:
             yield group
-            group, size = [], 0
-        group.append(entry)
-        size += entry.size
-    if group:
-        yield group
+
+
+def _kept_group(
+    name: str,
+    members: list[Entry],
+    sources: dict[str, tuple[Path, int, int]],
+    out: Path,
+    part_bytes: int,
+    level: int,
+    keep: Path | None,
+) -> Group:
+    """The group's parts, from ``keep`` when the same files were compressed the same way before."""
+    if keep is None:
+        return _write_group(name, members, sources, out, part_bytes, level)
+    key = hashlib.sha256(
+        json.dumps([level, part_bytes, [(e.path, e.sha256, e.size, e.mode) for e in members]]).encode()
+    ).hexdigest()
+    folder = keep / key
+    if not (folder / "group.json").is_file():
+        staging = keep / f".{key}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        made = _write_group("kept", members, sources, staging, part_bytes, level)
+        (staging / "group.json").write_text(json.dumps(asdict(made)))
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+    data = json.loads((folder / "group.json").read_text())
+    parts = []
+    for index, part in enumerate(data["parts"]):
+        target = out / f"{name}.tar.xz.{index:03d}"
+        shutil.copyfile(folder / part["name"], target)
+        parts.append(Part(target.name, part["sha256"], part["size"]))
+    return Group(name, tuple(parts), data["files"], data["bytes"])
 
 
 def _write_group(
