@@ -6,8 +6,18 @@
 #   probe   OUT          what the host has (inventory of its installed distributions), bwrap, driver
 #   stash   DIR          copy one carried piece of the pack to /root/stash
 #   apply   OUT          make /root/tree from the pack and the host's own files; prove it; doctor in it
-#   phase1  OUT          vLLM default mode: 3 clean runs and a 1 MiB/step leak; verl GRPO x3 (parallel)
-#   phase2  OUT          verl PPO with a critic (GAE) x3; doctor --cluster on one node; tree re-proven
+#   start   OUT          start `all` in the background (its own session: it outlives the call)
+#   wait    OUT          wait (at most 9.5 min) until `all` has finished; print what has
+#   collect OUT          pack the results into OUT/results.tar.gz
+#   extbuild DIR         start an extension build in the tree, in the background: DIR holds the sdist and
+#                        recipe.json (benchmarks/ext_recipe.py: the command and env `verlenv build` uses),
+#                        built in /build as in verlenv's container, so its objects resume a build there
+#   extwait  OUT         wait (at most 9.5 min) for it; objects compiled so far
+#   extcollect OUT       its build folder (objects, ninja log) and wheel, xz'd in 15 MiB pieces; the first 6
+#   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
+#   all     OUT          vLLM default mode: VLLM_CLEAN clean runs and a 1 MiB/step leak, with verl GRPO
+#                        and PPO with a critic (GAE) per TRAINER_SEEDS, all in parallel; then
+#                        doctor --cluster on one node; then the tree proven again
 #
 # Results (reports, logs) are written under OUT; benchmarks/README.md says what they showed.
 set -euo pipefail
@@ -15,7 +25,9 @@ phase=${1:?phase}
 out=${2:-/tmp/out}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-stash=/root/stash tree=/root/tree
+# VERLENV_STASH/VERLENV_TREE: a second image on the same host (an extension's build environment);
+# VERLENV_TREES: "TREE BUNDLE ..." of trees made before, whose files `apply` reuses
+stash=${VERLENV_STASH:-/root/stash} tree=${VERLENV_TREE:-/root/tree}
 verlenv() { python3 -m verlenv "$@"; }
 mkdir -p "$out"
 
@@ -49,7 +61,8 @@ stash)
 apply)
   bwrap_from_deb
   start=$(date +%s)
-  python3 -m verlenv.image.rootfs inventory /root/inventory.json.gz
+  # shellcheck disable=SC2086
+  python3 -m verlenv.image.rootfs inventory /root/inventory.json.gz ${VERLENV_TREES:-}
   python3 -m verlenv.image.rootfs apply "$stash" "$tree" /root/inventory.json.gz | tee "$out/apply.txt"
   echo "apply+prove: $(( $(date +%s) - start )) s" | tee -a "$out/apply.txt"
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/doctor --no-verify -- \
@@ -57,24 +70,20 @@ apply)
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/doctor --no-verify -- \
     verlenv doctor -v > "$out/doctor.txt" 2>&1 || true
   ;;
-phase1)
+all)
   bwrap_from_deb
-  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.08)
+  # VLLM_CLEAN clean vLLM runs and one with a 1 MiB/step leak; verl GRPO and GAE for each of
+  # TRAINER_SEEDS, all at once; TRAINER_ATTN (e.g. sdpa) only for an image without flash-attn
+  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.06)
+  attn=(); [ -n "${TRAINER_ATTN:-}" ] && attn=(--attn "$TRAINER_ATTN")
   accept vllm-clean-1 "${vllm[@]}" --seed 1 &
-  accept vllm-clean-2 "${vllm[@]}" --seed 2 --no-distributed &
-  accept vllm-clean-3 "${vllm[@]}" --seed 3 --no-distributed &
-  accept vllm-leak "${vllm[@]}" --seed 4 --no-distributed --inject-leak-mib 1 &
-  for seed in 0 1 2; do
-    accept "verl-grpo-$seed" --trainer verl --estimator grpo --steps 30 --seed "$seed" \
-      --gpu-memory-utilization 0.08 --workdir "/root/work/grpo-$seed" &
-  done
-  wait
-  ;;
-phase2)
-  bwrap_from_deb
-  for seed in 0 1 2; do
-    accept "verl-gae-$seed" --trainer verl --estimator gae --steps 30 --seed "$seed" \
-      --gpu-memory-utilization 0.1 --workdir "/root/work/gae-$seed" &
+  for seed in $(seq 2 "${VLLM_CLEAN:-3}"); do accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed & done
+  accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1 &
+  for seed in ${TRAINER_SEEDS:-0 1 2}; do
+    for estimator in grpo gae; do
+      accept "verl-$estimator-$seed" --trainer verl --estimator "$estimator" --steps 30 --seed "$seed" "${attn[@]}" \
+        --gpu-memory-utilization 0.06 --workdir "/root/work/$estimator-$seed" &
+    done
   done
   wait
   mkdir -p /root/scratch/cluster/home && cp "$repo/benchmarks/h200_cluster.py" /root/scratch/cluster/home/
@@ -82,6 +91,65 @@ phase2)
     python /root/h200_cluster.py /root/cluster > "$out/cluster.log" 2>&1 || true
   cp -r /root/scratch/cluster/home/cluster "$out/cluster" 2>/dev/null || true
   verlenv rootfs verify "$tree" --bundle "$stash" --json > "$out/verify-after.json" 2>&1 || true
+  date -u +%FT%TZ > "$out/done"
+  ;;
+start)
+  mkdir -p /root/results
+  setsid nohup bash "$0" all /root/results > /root/results/all.log 2>&1 < /dev/null &
+  sleep 5; cat /root/results/all.log
+  ;;
+wait)
+  for _ in $(seq 114); do [ -f /root/results/done ] && break; sleep 5; done
+  date -u +%FT%TZ; cat /root/results/exits.txt 2>/dev/null; ls /root/results
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; free -g | head -2
+  for f in /root/results/*.log; do echo "== $f"; tail -2 "$f"; done 2>/dev/null | tail -40
+  ;;
+collect)
+  tar czf "$out/results.tar.gz" -C /root results
+  ls -la "$out"
+  ;;
+extbuild)
+  bwrap_from_deb
+  ext=/root/extbuild recipe=${2:?folder}/recipe.json
+  mkdir -p "$ext/src" "$ext/out" "$tree/build" /root/scratch/ext/home
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+    "$(ls "$2"/*.tar.gz)" "$ext/src"
+  mapfile -t envs < <(python3 -c 'import json, sys
+for k, v in sorted(json.load(open(sys.argv[1]))["env"].items()): print(f"--env={k}={v}")' "$recipe")
+  command=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["command"])' "$recipe")
+  date +%s > "$ext/started"
+  setsid nohup python3 -m verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/ext --no-verify \
+    --bind "$ext:/build" "${envs[@]}" -- bash -c "$command > /build/build.log 2>&1; echo \$? > /build/exit" \
+    > "$ext/run.log" 2>&1 < /dev/null &
+  echo $! > "$ext/pid"
+  sleep 20; tail -n 3 "$ext/build.log" "$ext/run.log"
+  ;;
+extwait)
+  ext=/root/extbuild
+  for _ in $(seq 114); do
+    [ -f "$ext/exit" ] && break
+    kill -0 "$(cat "$ext/pid")" 2>/dev/null || { echo "the build's runner is gone:"; tail -n 5 "$ext/run.log"; break; }
+    sleep 5
+  done
+  echo "objects: $(find "$ext/src" -name '*.o' | wc -l); elapsed $(( $(date +%s) - $(cat "$ext/started") )) s"
+  cat "$ext/exit" 2>/dev/null; tail -n 3 "$ext/build.log"; ls -la "$ext/out"
+  ;;
+extcollect)
+  ext=/root/extbuild
+  { echo "exit $(cat "$ext/exit")"; echo "seconds $(( $(stat -c %Y "$ext/exit") - $(cat "$ext/started") ))"; nproc; } \
+    > "$out/extbuild.txt"
+  sha256sum "$ext"/out/*.whl >> "$out/extbuild.txt"
+  tail -c 200000 "$ext/build.log" > "$out/build-log-tail.txt"
+  top=$(ls "$ext/src")
+  mkdir -p /root/extpieces
+  tar cf - -C "$ext" "src/$top/build" out | xz -T0 -3 | split -b 15M - /root/extpieces/ext.tar.xz.
+  ls /root/extpieces | head -6 | while read -r f; do cp "/root/extpieces/$f" "$out/"; done
+  ls -la /root/extpieces "$out"
+  ;;
+extfetch)  # OUT K: pieces 6+8(K-1) .. 6+8K-1 (six came with extcollect)
+  k=${3:?K}
+  ls /root/extpieces | tail -n +$(( 7 + 8 * (k - 1) )) | head -8 | while read -r f; do cp "/root/extpieces/$f" "$out/"; done
+  ls -la "$out"
   ;;
 *)
   echo "unknown phase $phase" >&2

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         before_parsing(argv)
-        args = build_parser(argv).parse_args(argv)
+        args = _parse(argv)
         if not getattr(args, "_execute", None):
             build_parser().print_help(sys.stderr)
             return ConfigError.exit_code
@@ -93,6 +93,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
         return _internal()
+
+
+def _parse(argv: list[str]):  # type: ignore[no-untyped-def]
+    """Parse ``argv``; a command that runs another command (``_passthrough``) gets all after the
+    first ``--`` verbatim, wherever its positionals stand (argparse's REMAINDER swallows the options
+    that follow a positional)."""
+    if "--" in argv:
+        split = argv.index("--")
+        args = build_parser(argv).parse_args(argv[:split])
+        name = getattr(args, "_passthrough", "")
+        if name:
+            setattr(args, name, argv[split + 1 :])
+            return args
+    return build_parser(argv).parse_args(argv)
 
 
 def _report(exc: VerlenvError) -> int:

@@ -265,14 +265,13 @@ def test_an_attachment_published_through_the_engine_still_verifies_over_http(  #
     engine, plain_registry, image, tmp_path
 ) -> None:
     """Catalogs published before the HTTP path carry FROM-scratch attachment images: they must keep verifying."""
-    from tests.helpers.engine import forget_registry_tags
-    from verlenv.release.publish import _attach
+    from tests.helpers.engine import forget_registry_tags, legacy_attachment
 
     client = RegistryClient(plain_registry.host)
     entry = _publish(client, image, tmp_path / "cache", attach=False)
     report = {"passed": True, "image_id": entry.image_id, "host": {"device": "cpu"}, "verdicts": []}
     try:
-        assert _attach(engine, entry.repository, entry.digest, entry.image_id, report) == entry.attachment
+        assert legacy_attachment(engine, entry.repository, entry.digest, entry.image_id, report) == entry.attachment
     finally:
         forget_registry_tags(engine, plain_registry.host)
     found = read_attachment(client, REPO, entry.digest)

@@ -91,3 +91,16 @@ def test_a_changed_tree_is_refused_naming_the_path(tree, capsys, tmp_path: Path)
     assert code == 6
     err = capsys.readouterr().err
     assert "is not the image's tree" in err and "content  opt/verlenv/manifest.json" in err
+
+
+def test_run_binds_a_writable_folder_and_sets_variables(tree, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """How an extension is built in the tree on a host with more cores: its build folder bound in."""
+    target, pack = tree
+    work = tmp_path / "work"
+    work.mkdir()
+    common = ["rootfs", "run", str(target), "--bundle", str(pack), "--scratch", str(tmp_path / "s"), "--no-verify"]
+    command = ["--", "sh", "-c", "echo $GREETING > /mnt/said && touch /opt/x 2>/dev/null || echo still-read-only"]
+    assert main([*common, "--runner", "bwrap", "--bind", f"{work}:/mnt", "--env", "GREETING=hello", *command]) == 0
+    assert (work / "said").read_text() == "hello\n" and "still-read-only" in capsys.readouterr().out
+    assert main([*common, "--bind", "no-colon-here", *command]) == 2
+    assert "--bind 'no-colon-here': expected HOST:DEST" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from verlenv.errors import CheckFailed, ConfigError, IntegrityError
@@ -53,7 +54,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--scratch", type=Path, required=True, help="writable HOME and mount points")
     run.add_argument("--no-verify", action="store_true", help="skip the file-by-file check (it was just made)")
     run.add_argument("--timeout", type=float, default=3600.0)
-    run.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command, run in the tree")
+    run.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="HOST:DEST",
+        help="bind a writable host folder at DEST, which must exist in the tree (repeatable)",
+    )
+    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set in the run (repeatable)")
+    run.add_argument("command", nargs="*", help="after --: the command, run in the tree")
+    run.set_defaults(_passthrough="command")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -159,12 +169,24 @@ def _run(args: argparse.Namespace) -> int:
         image = ImageFacts.from_bundle(args.bundle)
         if not args.no_verify:
             rootfs.verify_tree(args.dir, image.manifest)
-        proc = run_in_tree(plan(args.dir, image, args.scratch, pick_runner(args.runner), {}), command, args.timeout)
+        the_plan = plan(args.dir, image, args.scratch, pick_runner(args.runner), _pairs(args.env, "=", "--env"))
+        binds = tuple((Path(host), dest) for host, dest in _pairs(args.bind, ":", "--bind").items())
+        proc = run_in_tree(replace(the_plan, extra_binds=binds), command, args.timeout)
     except rootfs.RootfsError as exc:
         raise IntegrityError(str(exc)) from None
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     return proc.returncode
+
+
+def _pairs(items: list[str], sep: str, option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, found, value = item.partition(sep)
+        if not found or not key or not value:
+            raise ConfigError(f"{option} {item!r}: expected {'KEY=VALUE' if sep == '=' else 'HOST:DEST'}")
+        pairs[key] = value
+    return pairs
 
 
 _ACTIONS = {

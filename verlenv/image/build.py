@@ -29,7 +29,7 @@ from verlenv.errors import CheckFailed, ConfigError, IntegrityError
 from verlenv.image import expected, install, oci
 from verlenv.image.base import BaseImage, make_base
 from verlenv.image.context import VENV, group_layers, source_date_epoch, source_sha256, verlenv_wheel
-from verlenv.image.filemanifest import merge
+from verlenv.image.filemanifest import FileManifest, merge
 from verlenv.image.layerstore import LayerStore, StoredLayer
 from verlenv.image.manifest import DEFAULT_PATH, Manifest
 from verlenv.image.services import ensure_engine
@@ -106,6 +106,14 @@ def config_path(cache: Cache, image_id: str) -> Path:
     return cache.root / "images" / f"{image_id.removeprefix('sha256:')}.config.json"
 
 
+def _keep(cache: Cache, image_id: str, config: bytes, layers: list[StoredLayer]) -> FileManifest:
+    """Keep the config and per-file manifest of a loaded image beside the layer store."""
+    files_manifest = merge([layer.entries() for layer in layers])
+    files_manifest.write(files_manifest_path(cache, image_id))
+    config_path(cache, image_id).write_bytes(config)
+    return files_manifest
+
+
 def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOptions) -> BuildResult:
     timer = _Timer()
     with timer.stage("checks"):
@@ -145,9 +153,7 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
         image_id = oci.load(client, config, final)
         _forget(client, checked, keep=image_id)
     named = [*layers, NamedLayer("self-check", record_layer, "")]
-    files_manifest = merge([base.layer.entries(), *(layer.stored.entries() for layer in named)])
-    files_manifest.write(files_manifest_path(cache, image_id))
-    config_path(cache, image_id).write_bytes(config)
+    files_manifest = _keep(cache, image_id, config, [base.layer, *(layer.stored for layer in named)])
     with timer.stage("record"):
         record = _image_record(profile, lock, config, image_id, base, named, files_manifest.sha256)
         try:
@@ -265,7 +271,10 @@ def _extensions(
     stack += [oci.Layer(layer.stored.diff_id, layer.stored.path, f"verlenv layer {layer.name}") for layer in done]
     client = ensure_engine()
     spec = oci.ImageSpec(env=tuple(env.items()), labels=(("io.verlenv.build-env", profile.name),), epoch=0)
-    image_id = oci.load(client, oci.config_bytes(spec, stack), stack)
+    config = oci.config_bytes(spec, stack)
+    image_id = oci.load(client, config, stack)
+    # kept like a built image, so `verlenv rootfs pack --image` can carry it to a host with more cores
+    _keep(cache, image_id, config, [base.layer, *(layer.stored for layer in done)])
     build_env = extbuild.BuildEnv(image_id, env, _build_inputs(files, base))
     replaced = []
     for house in files:

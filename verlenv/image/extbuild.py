@@ -120,19 +120,7 @@ def _build(
     for stale in (folder / "out").glob("*.whl"):
         stale.unlink()
     used = jobs()
-    variables = {
-        **env.env,
-        **dict(build.env),
-        "SOURCE_DATE_EPOCH": env.env.get("SOURCE_DATE_EPOCH", "0"),
-        "MAX_JOBS": str(used),
-        "NVCC_THREADS": NVCC_THREADS,
-    }
-    if build.cuda_archs:
-        variables["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[:-1]}.{a[-1]}" for a in build.cuda_archs)
-    command = (
-        f"cd /build/src/{top} && /opt/venv/bin/python -m pip wheel -v --no-build-isolation --no-deps "
-        "--no-index -w /build/out ."
-    )
+    command, variables = recipe(build, env.env, top, used)
     archs = ", ".join("sm_" + a for a in build.cuda_archs) or "the CPU (C++ only)"
     _say(f"{build.pin}: building for {archs} with {used} job(s)", quiet)
     started = time.monotonic()
@@ -153,6 +141,26 @@ def _build(
     if status.get("StatusCode") != 0 or not wheels:
         raise CheckFailed(_failure(build, log, folder / "build.log"))
     return wheels[0], time.monotonic() - started, used
+
+
+def recipe(build: ExtensionBuild, image_env: dict[str, str], top: str, used: int) -> tuple[str, dict[str, str]]:
+    """The command and environment of a build in /build of an image of the lower layers: the same
+    wherever it runs (a container here, or the image's tree on a host with more cores), so its objects
+    and wheel are the same too; only MAX_JOBS, which changes no output, differs."""
+    variables = {
+        **image_env,
+        **dict(build.env),
+        "SOURCE_DATE_EPOCH": image_env.get("SOURCE_DATE_EPOCH", "0"),
+        "MAX_JOBS": str(used),
+        "NVCC_THREADS": NVCC_THREADS,
+    }
+    if build.cuda_archs:
+        variables["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[:-1]}.{a[-1]}" for a in build.cuda_archs)
+    command = (
+        f"cd /build/src/{top} && /opt/venv/bin/python -m pip wheel -v --no-build-isolation --no-deps "
+        "--no-index -w /build/out ."
+    )
+    return command, variables
 
 
 def _follow(container, build: ExtensionBuild, log_path: Path, started: float, quiet: bool) -> list[str]:  # type: ignore[no-untyped-def]

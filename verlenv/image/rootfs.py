@@ -61,6 +61,13 @@ def inventory(sites: Iterable[Path]) -> dict[str, list[object]]:
     return found
 
 
+def tree_inventory(tree: Path, manifest: FileManifest) -> dict[str, list[object]]:
+    """sha256 -> [path, size] for the files of an image tree already on the target (proven by
+    `apply` when it was made; `apply` proves every reused file again)."""
+    # every size: a local copy costs less than carrying the file
+    return {e.sha256: [str(tree / e.path), e.size] for e in manifest.entries if e.kind == FILE and e.size}
+
+
 def _record_lines(record: Path, site: Path) -> Iterator[tuple[Path, str, int]]:
     for line in record.read_text(errors="replace").splitlines():
         parts = line.rsplit(",", 2)
@@ -420,15 +427,20 @@ def read_gz_json(path: Path) -> dict[str, list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m verlenv.image.rootfs inventory OUT.json.gz | apply BUNDLE TARGET INVENTORY`: the
-    target's side, standard library only."""
+    """`python3 -m verlenv.image.rootfs inventory OUT.json.gz [TREE BUNDLE]... | apply BUNDLE TARGET
+    INVENTORY`: the target's side, standard library only. TREE BUNDLE pairs add the files of image
+    trees already made there (an extension's build environment), so a pack for a second image
+    carries only what the first lacks."""
     args = argv if argv is not None else sys.argv[1:]
-    if args[:1] == ["inventory"] and len(args) == 2:
+    if args[:1] == ["inventory"] and len(args) % 2 == 0:
         import site
 
         sites = [Path(p) for p in {*site.getsitepackages(), site.getusersitepackages()} if Path(p).is_dir()]
+        found = inventory(sites)
+        for tree, bundle_dir in zip(args[2::2], args[3::2], strict=True):  # trees of other images made here
+            found = {**tree_inventory(Path(tree), FileManifest.read(Path(bundle_dir) / "files.gz")), **found}
         with gzip.open(args[1], "wt", encoding="utf-8") as handle:
-            json.dump(inventory(sites), handle)
+            json.dump(found, handle)
         return 0
     if args[:1] == ["apply"] and len(args) == 4:
         manifest = apply(Path(args[1]), Path(args[2]), read_gz_json(Path(args[3])))
