@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from verlenv.inside.doctor.checks_toolchain import FIX_C, FIX_PYTHON_H, c_compiler, cuda, cxx, findings, python_include
+from verlenv.inside.doctor.checks_toolchain import (
+    FIX_C,
+    FIX_PYTHON_H,
+    c_compiler,
+    cuda,
+    cuda_link,
+    cxx,
+    findings,
+    python_include,
+)
 
 CUDA_13 = Path("/usr/local/cuda-13.0")
 
@@ -76,3 +86,52 @@ def test_cxx_without_openmp_support_is_caught(tmp_path: Path) -> None:
     fake.chmod(0o755)
     result = cxx(tmp_path, _env(CXX=str(fake)))
     assert not result.ok and "omp.h" in result.line
+
+
+def _pip_cuda(tmp_path: Path) -> Path:
+    """pip's CUDA layout (nvidia/cu13): lib/libcudart.so.13 only, no lib64, no stubs."""
+    home = tmp_path / "cu13"
+    (home / "lib").mkdir(parents=True)
+    source = tmp_path / "cudart.c"
+    source.write_text("int cudaFree(void *p) { return 0; }\n")
+    cc = c_compiler(_env())
+    soname = "-Wl,-soname,libcudart.so.13"
+    target = home / "lib" / "libcudart.so.13"
+    subprocess.run([cc, "-shared", "-fPIC", soname, str(source), "-o", str(target)], check=True)
+    return home
+
+
+def _lay_out(root: Path, items) -> None:  # type: ignore[no-untyped-def]
+    from verlenv.image.tarlayer import DIR, SYMLINK
+
+    for item in items:
+        path = root / item.entry.path
+        if item.entry.kind == DIR:
+            path.mkdir(parents=True, exist_ok=True)
+        elif item.entry.kind == SYMLINK:
+            path.symlink_to(item.entry.target)
+        else:
+            path.write_bytes(item.open().read())
+
+
+def test_flashinfers_jit_link_fails_on_pips_cuda_layout_and_passes_with_the_images_links(tmp_path: Path) -> None:
+    """FlashInfer links -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda (seen on the H200)."""
+    from verlenv.image.build import cuda_link_entries
+
+    home = _pip_cuda(tmp_path)
+    bare = cuda_link(tmp_path, _env(), str(home), driver=False)
+    assert not bare.ok and "-lcudart" in bare.line and "lib64" in bare.fix
+    _lay_out(tmp_path, cuda_link_entries("cu13", "13"))
+    assert cuda_link(tmp_path, _env(), str(home), driver=False).ok
+    # -lcuda goes through the stub, a linker script naming libcuda.so.1, found on LIBRARY_PATH
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    no_driver_lib = cuda_link(tmp_path, _env(), str(home), driver=True)
+    assert not no_driver_lib.ok and "libcuda.so.1" in no_driver_lib.line
+    fake = tmp_path / "cuda.c"
+    fake.write_text("int cuInit(unsigned f) { return 0; }\n")
+    soname = "-Wl,-soname,libcuda.so.1"
+    target = driver / "libcuda.so.1"
+    subprocess.run([c_compiler(_env()), "-shared", "-fPIC", soname, str(fake), "-o", str(target)], check=True)
+    linked = cuda_link(tmp_path, _env(LIBRARY_PATH=str(driver)), str(home), driver=True)
+    assert linked.ok and "-lcudart -lcuda link" in linked.line

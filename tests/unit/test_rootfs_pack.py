@@ -134,3 +134,27 @@ def test_a_second_pack_reuses_the_compressed_groups_of_unchanged_layers(tmp_path
     assert written == [] and second.groups == first.groups
     target = tmp_path / "tree"
     rootfs.verify_tree(target, rootfs.apply(tmp_path / "b", target, {}, workers=2))
+
+
+def test_the_inventory_leaves_out_a_file_edited_after_install_and_adds_trees_made_before(tmp_path: Path) -> None:
+    """An H200 host's certifi cacert.pem no longer matched its RECORD; the pack trusted RECORD and the
+    apply failed. Content decides now. A tree made there before (an extension's build environment)
+    counts too, small files included."""
+    site = tmp_path / "site"
+    (site / "pkg-1.0.dist-info").mkdir(parents=True)
+    kept, edited = os.urandom(100_000), os.urandom(100_000)
+    lines = []
+    for name, data in (("kept.bin", kept), ("edited.bin", edited)):
+        (site / name).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    (site / "pkg-1.0.dist-info/RECORD").write_text("\n".join(lines) + "\n")
+    (site / "edited.bin").write_bytes(edited[:-1] + b"x")
+    found = rootfs.inventory([site])
+    assert hashlib.sha256(kept).hexdigest() in found and hashlib.sha256(edited).hexdigest() not in found
+    layers, _, _, entries = _image(tmp_path)
+    tree = tmp_path / "made-before"
+    rootfs.materialize(layers, tree)
+    made = rootfs.tree_inventory(tree, merge(entries))
+    small = hashlib.sha256(b"X = 1\n").hexdigest()
+    assert made[small] == [str(tree / SITE / "pkg/__init__.py"), 6]

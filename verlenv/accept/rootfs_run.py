@@ -106,6 +106,8 @@ def plan(rootfs: Path, image: ImageFacts, scratch: Path, runner: str, extra_env:
     )
     if drivers:
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [DRIVER_MOUNT, env.get("LD_LIBRARY_PATH", "")]))
+        # the linker's path too: run-time JIT links -lcuda (the image's stubs/libcuda.so names libcuda.so.1)
+        env["LIBRARY_PATH"] = ":".join(filter(None, [DRIVER_MOUNT, env.get("LIBRARY_PATH", "")]))
     env.update(extra_env)
     return RunPlan(rootfs, scratch, runner, env, drivers)
 

@@ -33,7 +33,7 @@ from verlenv.image.filemanifest import FileManifest, merge
 from verlenv.image.layerstore import LayerStore, StoredLayer
 from verlenv.image.manifest import DEFAULT_PATH, Manifest
 from verlenv.image.services import ensure_engine
-from verlenv.image.tarlayer import DIR, FILE, Entry, Item, write_layer
+from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry, Item, write_layer
 from verlenv.lock.lockfile import Lock
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile
@@ -239,7 +239,9 @@ def _install(
 
     def one(job: tuple[str, tuple[HouseFile, ...]]) -> NamedLayer:
         name, items = job
-        extra = _manifest_items(manifest) if name == "verlenv" and manifest else ()
+        extra: tuple[Item, ...] = ()
+        if name == "verlenv" and manifest:
+            extra = (*_manifest_items(manifest), *_cuda_link_items(files, profile.python))
         size = sum(h.path.stat().st_size for h in items)
         _say(f"layer {name}: {len(items)} wheel(s), {size / 2**30:.2f} GiB", quiet)
         stored = install.wheels_layer(installer, cache, name, items, extra)
@@ -361,6 +363,34 @@ def _manifest_items(manifest: Manifest) -> tuple[Item, ...]:
     folder = str(DEFAULT_PATH.parent).lstrip("/")
     entry = Entry(str(DEFAULT_PATH).lstrip("/"), FILE, 0o644, size=len(data), sha256=hashlib.sha256(data).hexdigest())
     return (Item(Entry("opt", DIR, 0o755)), Item(Entry(folder, DIR, 0o755)), Item(entry, lambda: io.BytesIO(data)))
+
+
+LIBCUDA_SCRIPT = b"INPUT(-l:libcuda.so.1)\n"
+
+
+def _cuda_link_items(files: list[HouseFile], python: str) -> tuple[Item, ...]:
+    """What FlashInfer's JIT links with (-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda)
+    and pip's CUDA lacks: lib64, an unversioned libcudart.so, and a libcuda.so. That one is a linker
+    script naming the driver's libcuda.so.1, found where the container runtime put it (a default
+    library folder, or LIBRARY_PATH): a symlink could point at only one of those places."""
+    home, runtime = _cuda_home(files, python).lstrip("/"), _minor(files, "nvidia-cuda-runtime")
+    if not home or not runtime:
+        return ()
+    return cuda_link_entries(home, runtime.split(".")[0])
+
+
+def cuda_link_entries(home: str, major: str) -> tuple[Item, ...]:
+    digest = hashlib.sha256(LIBCUDA_SCRIPT).hexdigest()
+    return (
+        Item(Entry(f"{home}/lib", DIR, 0o755)),
+        Item(Entry(f"{home}/lib64", SYMLINK, 0o777, target="lib")),
+        Item(Entry(f"{home}/lib/libcudart.so", SYMLINK, 0o777, target=f"libcudart.so.{major}")),
+        Item(Entry(f"{home}/lib/stubs", DIR, 0o755)),
+        Item(
+            Entry(f"{home}/lib/stubs/libcuda.so", FILE, 0o644, len(LIBCUDA_SCRIPT), digest),
+            lambda: io.BytesIO(LIBCUDA_SCRIPT),
+        ),
+    )
 
 
 def _stack(base: BaseImage, layers: list[NamedLayer]) -> list[oci.Layer]:

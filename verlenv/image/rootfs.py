@@ -51,14 +51,23 @@ class RootfsError(Exception):
 
 
 def inventory(sites: Iterable[Path]) -> dict[str, list[object]]:
-    """sha256 -> [path, size] for every file the target's installed distributions list in RECORD."""
+    """sha256 -> [path, size] for every file the target's installed distributions list in RECORD
+    whose content still is what RECORD says: hosts edit files in place (an H200 host's certifi
+    cacert.pem had the site's CA added), and a pack that trusted RECORD would leave them out."""
     found: dict[str, list[object]] = {}
     for site in sites:
         for record in sorted(site.glob("*.dist-info/RECORD")):
             for path, sha, size in _record_lines(record, site):
-                if size >= REUSE_MIN_BYTES:
-                    found.setdefault(sha, [str(path), size])
+                if size >= REUSE_MIN_BYTES and sha not in found and _holds(path, sha, size):
+                    found[sha] = [str(path), size]
     return found
+
+
+def _holds(path: Path, sha: str, size: int) -> bool:
+    try:
+        return path.stat().st_size == size and _file_sha256(path) == sha
+    except OSError:
+        return False
 
 
 def tree_inventory(tree: Path, manifest: FileManifest) -> dict[str, list[object]]:

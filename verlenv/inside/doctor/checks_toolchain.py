@@ -140,7 +140,32 @@ def cuda(work: Path, env: dict[str, str], installed: set[str]) -> Finding | None
     note = ""
     if "CCCL_DISABLE_CTK_COMPATIBILITY_CHECK" in env.get("NVCC_APPEND_FLAGS", ""):
         note = " (CCCL's compiler/headers version check is off: NVCC_APPEND_FLAGS)"
-    return Finding(True, f"nvcc at {home} preprocesses CUDA with CCCL for {who}{note}")
+    linked = cuda_link(work, env, home)
+    if not linked.ok:
+        return linked
+    return Finding(True, f"nvcc at {home} preprocesses CUDA with CCCL for {who}{note}; {linked.line}")
+
+
+def cuda_link(work: Path, env: dict[str, str], home: str, driver: bool | None = None) -> Finding:
+    """The link FlashInfer's JIT runs (-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda):
+    pip's CUDA has lib/, no lib64, no unversioned libcudart.so and no stubs. -lcuda needs the driver's
+    libcuda.so.1, so it is tried where a driver is."""
+    source = work / "link.c"
+    source.write_text("int verlenv_link_probe(void) { return 0; }\n")
+    compiler = cxx_compiler(env) or c_compiler(env)
+    if driver is None:
+        driver = Path("/proc/driver/nvidia/version").exists()
+    libs = ["-lcudart"] + (["-lcuda"] if driver else [])
+    command = [compiler, "-shared", "-fPIC", str(source), f"-L{home}/lib64", f"-L{home}/lib64/stubs", *libs]
+    failed = _compile([*command, "-o", str(work / "link.so")], env)
+    if failed:
+        fix = (
+            f"give {home} a lib64 (-> lib), lib/libcudart.so (-> libcudart.so.N) and lib/stubs/libcuda.so; "
+            "images verlenv builds carry them, and the driver's libcuda.so.1 must be on the linker's path "
+            "(a default library folder, or LIBRARY_PATH)"
+        )
+        return Finding(False, f"FlashInfer's JIT link fails ({' '.join(libs)}): {failed}", fix)
+    return Finding(True, f"{' '.join(libs)} link" + ("" if "-lcuda" in libs else " (-lcuda: on GPU nodes)"))
 
 
 def _locked_toolkit(installed: set[str]) -> str:
@@ -161,8 +186,8 @@ def _compile(command: list[str], env: dict[str, str]) -> str:
     if proc.returncode == 0:
         return ""
     lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()] or lines
-    return " / ".join(errors[:2]) or f"exit {proc.returncode}"
+    errors = [line for line in lines if "cannot find" in line] or [line for line in lines if "error" in line.lower()]
+    return " / ".join((errors or lines)[:2]) or f"exit {proc.returncode}"
 
 
 def findings(env: dict[str, str], include: Path, installed: set[str]) -> list[Finding]:
@@ -208,9 +233,12 @@ def check_triton(facts: Facts) -> Result:
     if not Path("/dev/nvidiactl").exists() and not Path("/proc/driver/nvidia/version").exists():
         return Result(Status.SKIP, "no NVIDIA GPU here: the Triton kernel runs on GPU nodes")
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", TRITON_PROGRAM], capture_output=True, text=True, timeout=TIMEOUT_S * 3, check=False
-        )
+        with tempfile.TemporaryDirectory(prefix="verlenv-triton-") as tmp:
+            program = Path(tmp) / "one_kernel.py"  # @triton.jit reads its function's source from a file
+            program.write_text(TRITON_PROGRAM)
+            proc = subprocess.run(
+                [sys.executable, str(program)], capture_output=True, text=True, timeout=TIMEOUT_S * 3, check=False
+            )
     except subprocess.TimeoutExpired:
         return Result(Status.FAIL, f"a one-kernel Triton program did not finish in {TIMEOUT_S * 3:.0f}s")
     if proc.returncode == 0 and "TRITON-OK" in proc.stdout:
