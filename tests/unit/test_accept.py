@@ -407,3 +407,18 @@ def test_verls_trainer_runs_with_verls_default_modes(tmp_path: Path) -> None:
     explicit = overrides(files, TrainerConfig(eager=True, attn="sdpa"))
     assert "actor_rollout_ref.rollout.enforce_eager=True" in explicit
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in explicit
+
+
+def test_a_critic_without_flash_attention_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """On the H200, GAE with --attn sdpa ran 4 minutes and died in verl's load_valuehead_model, which
+    asks for flash_attention_2 whatever the critic's config says."""
+    from verlenv.accept.trainer import TrainerConfig
+    from verlenv.cli import main
+    from verlenv.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(estimator="gae", attn="sdpa")
+    assert "load_valuehead_model" in str(info.value) and "--estimator grpo" in info.value.hint
+    assert TrainerConfig(estimator="gae", attn="flash_attention_2").attn == "flash_attention_2"
+    args = ["accept", "--trainer", "verl", "--estimator", "gae", "--attn", "sdpa", "--workdir", str(tmp_path)]
+    assert main(args) == 2

@@ -135,3 +135,20 @@ def test_flashinfers_jit_link_fails_on_pips_cuda_layout_and_passes_with_the_imag
     subprocess.run([c_compiler(_env()), "-shared", "-fPIC", soname, str(fake), "-o", str(target)], check=True)
     linked = cuda_link(tmp_path, _env(LIBRARY_PATH=str(driver)), str(home), driver=True)
     assert linked.ok and "-lcudart -lcuda link" in linked.line
+
+
+def test_the_cuda_link_entries_make_a_normalized_layer(tmp_path: Path) -> None:
+    import tarfile
+
+    from verlenv.image.build import LIBCUDA_SCRIPT, cuda_link_entries
+    from verlenv.image.tarlayer import write_layer
+
+    home = "opt/venv/lib/python3.11/site-packages/nvidia/cu13"
+    items = cuda_link_entries(home, "13")
+    info = write_layer(list(items), tmp_path / "layer.tar", 1790294400)
+    assert "\n".join(i.entry.line() for i in items)  # the layer key spells each entry out
+    with tarfile.open(tmp_path / "layer.tar") as tar:
+        links = {m.name: m.linkname for m in tar.getmembers() if m.issym()}
+        script = tar.extractfile(f"{home}/lib/stubs/libcuda.so").read()  # type: ignore[union-attr]
+    assert links == {f"{home}/lib64": "lib", f"{home}/lib/libcudart.so": "libcudart.so.13"}
+    assert script == LIBCUDA_SCRIPT and info.diff_id.startswith("sha256:")

@@ -24,6 +24,7 @@ from typing import Any
 
 from verlenv.accept.task import TARGET, make_prompts
 from verlenv.accept.tiny import ENGINE_SPEC, WORDS, make_model
+from verlenv.errors import ConfigError
 
 GIB_TO_MIB = 1024.0
 # ChatML, as Qwen2 models have it: verl's agent loop for a qwen2 model tokenizes by its markers.
@@ -68,6 +69,16 @@ class TrainerConfig:
     attn: str = ""  # "" = verl's default (flash_attention_2); e.g. "sdpa" where flash-attn is absent
     eager: bool = False  # rollout.enforce_eager=True: an explicit, non-default mode
     extra: tuple[str, ...] = ()  # more Hydra overrides, applied last
+
+    def __post_init__(self) -> None:
+        if self.estimator == "gae" and self.attn and self.attn != "flash_attention_2":
+            # seen on the H200 (benchmarks/results/h200_image_tree_2026-12-03): the run fails minutes in
+            raise ConfigError(
+                f"--estimator gae with --attn {self.attn}: verl 0.9.1 loads the critic with flash_attention_2 "
+                "hard-coded (verl/utils/model.py load_valuehead_model ignores the critic's attn_implementation), "
+                "so PPO with a critic needs flash-attn installed",
+                hint="run it in an image with flash-attn (the default profile builds it), or use --estimator grpo",
+            )
 
     @property
     def compiled(self) -> bool:
