@@ -79,11 +79,14 @@ def _link_verified(house: HouseFile, target: Path) -> int:
     return target.stat().st_size
 
 
+def source_files(root: Path) -> list[Path]:
+    return sorted({p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if "__pycache__" not in p.parts})
+
+
 def source_sha256(root: Path) -> str:
     """The tree hash of what verlenv's wheel is built from: (path, content) of every source file."""
     digest = hashlib.sha256()
-    files = sorted({p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if "__pycache__" not in p.parts})
-    for path in files:
+    for path in source_files(root):
         digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_of(path)}\n".encode())
     return digest.hexdigest()
 
@@ -96,8 +99,15 @@ def verlenv_wheel(root: Path, cache: Cache, epoch: int) -> HouseFile:
     from verlenv import __version__
 
     out = Path(tempfile.mkdtemp(prefix="verlenv-wheel-", dir=cache.tmp))
+    # From a copy of exactly the hashed sources: setuptools reuses a checkout's build/lib, where a
+    # module deleted from the tree lives on and would land in the wheel (seen: a stale wheels/index.py)
+    clean = out / "src"
+    for path in source_files(root):
+        target = clean / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
     run(
-        [uv_binary(), "build", "--wheel", "--out-dir", str(out), str(root)],
+        [uv_binary(), "build", "--wheel", "--out-dir", str(out), str(clean)],
         what="building the verlenv wheel",
         env={"SOURCE_DATE_EPOCH": str(epoch)},
     )
