@@ -7,6 +7,7 @@ The image build has no network and installs wheels only, so these are built here
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -18,10 +19,15 @@ from verlenv.lock.tools import run, uv_binary
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
 
+# The wheel's zip entries take SOURCE_DATE_EPOCH as their time: without it every build gave another
+# wheel sha256, and the image manifest (which records it) another image ID. 1980-01-01, zip's first day.
+WHEEL_EPOCH = "315532800"
+RECIPE = "sde-1"  # part of the cache key: wheels built before the fixed epoch are not reused
+
 
 def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str) -> HouseFile:
     """The wheel built from ``sdist`` (cached by the sdist's sha256)."""
-    folder = cache.built_dir(sdist.sha256)
+    folder = cache.built_dir(hashlib.sha256(f"{RECIPE}\0{sdist.sha256}".encode()).hexdigest())
     existing = sorted(folder.glob("*.whl")) if folder.is_dir() else []
     if existing:
         return _house(sdist, existing[0])
@@ -29,6 +35,7 @@ def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: st
         run(
             [uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist.path)],
             what=f"building a wheel from {sdist.filename}",
+            env={"SOURCE_DATE_EPOCH": WHEEL_EPOCH},
         )
         built = sorted(Path(tmp).glob("*.whl"))
         if len(built) != 1:
