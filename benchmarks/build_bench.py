@@ -81,7 +81,7 @@ def main() -> None:
     paths = find_root()
     cache = Cache(default_root())
     profile, lock = load_profile(paths, args.profile), read_lock(paths.lock(args.profile))
-    wheels = [f.path for f in _wheels(profile, lock, cache) if f.is_wheel]
+    wheels = [f.path for f in _wheels(paths, profile, lock, cache) if f.is_wheel]
     with tempfile.TemporaryDirectory(dir=cache.tmp) as tmp:
         unpacked, hashed, files, size = floor(wheels, Path(tmp))
     total_floor = unpacked + hashed

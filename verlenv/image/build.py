@@ -39,7 +39,7 @@ from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache, sha256_of
-from verlenv.wheels.sdists import wheel_from_sdist
+from verlenv.wheels.sdists import as_wheels
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
 
 SELF_CHECK = "verlenv clean --check && verlenv doctor --static --write-elf-cache"
@@ -122,7 +122,7 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
         base = make_base(paths.bases, profile.base.name, cache, quiet=options.quiet)
     with timer.stage("wheels"):
         epoch = source_date_epoch(lock.header.exclude_newer)
-        files = [*_wheels(profile, lock, cache), verlenv_wheel(paths.root, cache, epoch)]
+        files = [*_wheels(paths, profile, lock, cache), verlenv_wheel(paths.root, cache, epoch)]
     store = LayerStore(cache)
     client = ensure_engine()
     pip = install.pip_of(files)
@@ -187,15 +187,14 @@ def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[P
     return profile, lock, verify_sha
 
 
-def _wheels(profile: Profile, lock: Lock, cache: Cache) -> list[HouseFile]:
+def _wheels(paths: ProjectPaths, profile: Profile, lock: Lock, cache: Cache) -> list[HouseFile]:
     # Missing files are fetched (and hash-checked) first; installing has no network.
     house = fill(profile, lock, cache, quiet=True)
     tags = target_tags(profile.python, profile.platform)
     # A declared extension stays an sdist here: it is built against the image's own lower layers.
-    return [
-        f if f.is_wheel or profile.build_of(f.name) else wheel_from_sdist(f, cache, tags, profile.python)
-        for f in house.files
-    ]
+    return as_wheels(
+        list(house.files), cache, tags, profile.python, paths, keep=lambda f: profile.build_of(f.name) is not None
+    )
 
 
 def _manifest(

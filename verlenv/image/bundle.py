@@ -36,7 +36,7 @@ from verlenv.verify.distmeta import DistMeta, read_meta
 from verlenv.verify.metadata import check_engine_gate, check_requirements, split_overridden
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache, sha256_of
-from verlenv.wheels.sdists import wheel_from_sdist
+from verlenv.wheels.sdists import as_wheels
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
 
 MIB = 1 << 20
@@ -84,7 +84,7 @@ def make_bundle(
     house = fill(profile, kept, cache, offline=offline, quiet=quiet, python=python)
     tags = target_tags(python, profile.platform)
     epoch = source_date_epoch(lock.header.exclude_newer)
-    files = [f if f.is_wheel else wheel_from_sdist(f, cache, tags, profile.python) for f in house.files]
+    files = as_wheels(list(house.files), cache, tags, profile.python, paths)
     files.append(verlenv_wheel(paths.root, cache, epoch))
     _check_metadata(profile, files, excluded, omitted, python)
     staging = out.with_name(f".{out.name}.partial")

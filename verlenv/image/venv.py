@@ -39,7 +39,7 @@ from verlenv.image.manifest import VENV_NAME, Manifest
 from verlenv.paths import ProjectPaths
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache
-from verlenv.wheels.sdists import wheel_from_sdist
+from verlenv.wheels.sdists import as_wheels
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
 
 REUSED_DIR = "reused"
@@ -121,7 +121,7 @@ def plan_from_profile(
     epoch = source_date_epoch(lock.header.exclude_newer)
     house = fill(profile, lock, cache, offline=offline, quiet=quiet)
     tags = target_tags(profile.python, profile.platform)
-    files = [f if f.is_wheel else wheel_from_sdist(f, cache, tags, profile.python) for f in house.files]
+    files = as_wheels(list(house.files), cache, tags, profile.python, paths)
     files.append(verlenv_wheel(paths.root, cache, epoch))
     locked = {h for d in lock.dists for h in d.hashes}
     return EnvPlan(

@@ -2,20 +2,24 @@
 
 Some locked dependencies ship only an sdist (antlr4-python3-runtime, pulled in by hydra-core).
 The image build has no network and installs wheels only, so these are built here with uv
-(isolated build environment) and must come out pure Python, or built for the target's tags.
+(isolated build environment) and must come out pure Python, or built for the target's tags. The
+build environment holds only the hash-locked backends of lockfiles/build-backends.lock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 
 from verlenv.errors import ResolutionError
+from verlenv.lock import backends
 from verlenv.lock.tools import run, uv_binary
+from verlenv.paths import ProjectPaths
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
 
@@ -25,16 +29,45 @@ WHEEL_EPOCH = "315532800"
 RECIPE = "sde-1"  # part of the cache key: wheels built before the fixed epoch are not reused
 
 
-def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str) -> HouseFile:
-    """The wheel built from ``sdist`` (cached by the sdist's sha256)."""
-    folder = cache.built_dir(hashlib.sha256(f"{RECIPE}\0{sdist.sha256}".encode()).hexdigest())
+def as_wheels(
+    files: list[HouseFile],
+    cache: Cache,
+    tags: list[Tag],
+    python: str,
+    paths: ProjectPaths,
+    keep: Callable[[HouseFile], bool] = lambda _: False,
+) -> list[HouseFile]:
+    """``files`` with each sdist (unless ``keep`` says so) replaced by its wheel, built with the locked backends."""
+    todo = [f for f in files if not f.is_wheel and not keep(f)]
+    if not todo:
+        return list(files)
+    locked = backends.constraints(paths)
+    return [wheel_from_sdist(f, cache, tags, python, locked) if f in todo else f for f in files]
+
+
+def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str, backends: Path) -> HouseFile:
+    """The wheel built from ``sdist`` with the backends locked in ``backends`` (cached by both's sha256)."""
+    key = f"{RECIPE}\0{sdist.sha256}\0{sha256_of(backends)}"
+    folder = cache.built_dir(hashlib.sha256(key.encode()).hexdigest())
     existing = sorted(folder.glob("*.whl")) if folder.is_dir() else []
     if existing:
         return _house(sdist, existing[0])
     with tempfile.TemporaryDirectory(dir=cache.tmp) as tmp:
         run(
-            [uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist.path)],
-            what=f"building a wheel from {sdist.filename}",
+            [
+                uv_binary(),
+                "build",
+                "--wheel",
+                "--python",
+                python,
+                "--out-dir",
+                tmp,
+                "--build-constraints",
+                str(backends),
+                "--require-hashes",
+                str(sdist.path),
+            ],
+            what=f"building a wheel from {sdist.filename} (backends: {backends.name})",
             env={"SOURCE_DATE_EPOCH": WHEEL_EPOCH},
         )
         built = sorted(Path(tmp).glob("*.whl"))

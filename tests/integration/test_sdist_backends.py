@@ -1,0 +1,75 @@
+"""An sdist with no wheel is built into a wheel with exactly the locked backend: real uv, real setuptools
+from the index, the committed lockfiles/build-backends.lock; a backend off the lock or off its hash stops it."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from verlenv.errors import ResolutionError
+from verlenv.lock import backends
+from verlenv.lock.lockfile import read_lock
+from verlenv.paths import ProjectPaths
+from verlenv.wheels.cache import Cache, sha256_of
+from verlenv.wheels.sdists import wheel_from_sdist
+from verlenv.wheels.wheelhouse import HouseFile, target_tags
+
+TAGS = target_tags("3.11", "x86_64-manylinux_2_36")
+SETUP = "from setuptools import setup\nsetup(name='verlenv-pure-probe', version='0.1', py_modules=['probe'])\n"
+
+
+def _sdist(where: Path) -> HouseFile:
+    """A legacy sdist (setup.py, no pyproject): its backend is setuptools, as antlr4-python3-runtime's is."""
+    top = "verlenv-pure-probe-0.1"
+    files = {
+        "PKG-INFO": "Metadata-Version: 2.1\nName: verlenv-pure-probe\nVersion: 0.1\n",
+        "setup.py": SETUP,
+        "probe.py": "ANSWER = 42\n",
+    }
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{top}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in sorted(files.items()):
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime, info.mode = len(text), 1700000000, 0o644
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return HouseFile("verlenv-pure-probe", "0.1", path.name, sha256_of(path), path)
+
+
+def _generator(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/WHEEL"))
+        return next(line for line in archive.read(name).decode().splitlines() if line.startswith("Generator:"))
+
+
+def test_the_wheel_is_built_by_the_locked_setuptools_and_again_the_same(
+    repo_paths: ProjectPaths, tmp_path: Path
+) -> None:
+    sdist = _sdist(tmp_path / "src")
+    lock = backends.lock_path(repo_paths)
+    setuptools = read_lock(lock).version_of("setuptools")
+    first = wheel_from_sdist(sdist, Cache(tmp_path / "a"), TAGS, "3.11", lock)
+    second = wheel_from_sdist(sdist, Cache(tmp_path / "b"), TAGS, "3.11", lock)
+    assert _generator(first.path) == f"Generator: setuptools ({setuptools})"
+    assert first.sha256 == second.sha256
+
+
+def test_a_backend_off_the_lock_or_off_its_hash_stops_the_build(tmp_path: Path, repo_paths: ProjectPaths) -> None:
+    sdist = _sdist(tmp_path / "src")
+    text = backends.lock_path(repo_paths).read_text()
+    locked = read_lock(backends.lock_path(repo_paths))
+    [setuptools] = [d for d in locked.dists if d.name == "setuptools"]
+    tampered = tmp_path / "tampered.lock"
+    tampered.write_text(text.replace(setuptools.hashes[0], "0" * 64).replace(setuptools.hashes[-1], "1" * 64))
+    with pytest.raises(ResolutionError) as caught:
+        wheel_from_sdist(sdist, Cache(tmp_path / "c"), TAGS, "3.11", tampered)
+    assert "0" * 64 in caught.value.message and "verlenv-pure-probe-0.1.tar.gz" in caught.value.message
+    without = tmp_path / "without.lock"
+    without.write_text("wheel==0.48.0 \\\n    --hash=sha256:" + "2" * 64 + "\n")
+    with pytest.raises(ResolutionError) as caught:
+        wheel_from_sdist(sdist, Cache(tmp_path / "d"), TAGS, "3.11", without)
+    assert "no trusted hash was provided for: `setuptools`" in caught.value.message
