@@ -18,7 +18,7 @@ import json
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -215,7 +215,19 @@ def _manifest(
         built_from_sdist={f.name: f.sha256 for f in files if f.sha256 not in locked and f.name != "verlenv"},
         overrides=profile.override_reasons,
         waivers=dict(profile.waivers),
+        added=_declared(_cuda_link_items(files, profile.python)),
     )
+
+
+def _declared(items: tuple[Item, ...]) -> dict[str, str]:
+    found = {}
+    for item in items:
+        entry = item.entry
+        if entry.kind == FILE:
+            found["/" + entry.path] = f"sha256:{entry.sha256}"
+        elif entry.kind == SYMLINK:
+            found["/" + entry.path] = f"symlink:{entry.target}"
+    return found
 
 
 def _install(
@@ -301,7 +313,27 @@ def _build_env_layers(
         elif name in groups:
             wheels = tuple(h for h in groups[name] if h.is_wheel)
             lower.append(NamedLayer(f"{name}-for-build", install.wheels_layer(installer, cache, name, wheels), ""))
-    return lower
+    return lower + _cuda_link_layer(files, profile.python, installer)
+
+
+def _cuda_link_layer(files: list[HouseFile], python: str, installer: install.Installer) -> list[NamedLayer]:
+    """The image's CUDA link entries under the build environment too: torch's cpp_extension links
+    every CUDA extension with -lcudart, which pip's CUDA (libcudart.so.13 only) cannot satisfy; the
+    flash-attn build compiled all 73 objects here and then failed at `ld: cannot find -lcudart`."""
+    items = _cuda_link_items(files, python)
+    if not items:
+        return []
+    key = installer.key("cuda-link", "".join(f"{i.entry.line()}\n" for i in items))
+    return [NamedLayer("cuda-link-for-build", _items_layer(installer.store, key, items, installer.epoch), "")]
+
+
+def _items_layer(store: LayerStore, key: str, items: Iterable[Item], epoch: int) -> StoredLayer:
+    """A layer written from ``items`` here (no container), from the store when ``key`` was written before."""
+    found = store.find(key)
+    if found is not None:
+        return found
+    staged = store.staging(key.split("-")[0])
+    return store.put(key, staged, write_layer(items, staged, epoch))
 
 
 def _reverify(paths: ProjectPaths, name: str, cache: Cache) -> str:
@@ -489,8 +521,7 @@ def _self_check(client, image_id: str, store: LayerStore, epoch: int, quiet: boo
         items.append(Item(Entry(f"{folder}/{name}", FILE, 0o644, len(data), digest), _opener(data)))
     contents = json.dumps({n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())})
     key = f"self-check-{hashlib.sha256(contents.encode()).hexdigest()}-{epoch}"
-    staged = store.staging("self-check")
-    return store.put(key, staged, write_layer(items, staged, epoch))
+    return _items_layer(store, key, items, epoch)
 
 
 _ELF_RECORD = ("elfscan.json", "elfscan-objects.json.gz")
