@@ -57,6 +57,37 @@ def test_in_place_upgrade_leaves_unrecorded_files(tmp_path: Path, venv: Venv) ->
     assert "not in the RECORD of enginepkg 2.0" in item.reason
 
 
+def test_files_the_manifest_declares_count_as_recorded_only_while_they_match(tmp_path: Path, venv: Venv) -> None:
+    """The CUDA link entries verlenv adds below nvidia/cu13 (libcudart.so, stubs/libcuda.so) belong to no
+    RECORD: the first CUDA image build with them failed its own self-check on them."""
+    import hashlib
+
+    from verlenv.image.build import LIBCUDA_SCRIPT, cuda_link_entries
+
+    venv.pip(str(_pkg(tmp_path, "1.0", {"enginepkg/__init__.py": b"v = 1", "enginepkg/lib/libcudart.so.13": b"x"})))
+    lib = venv.site / "enginepkg" / "lib"
+    (lib / "stubs").mkdir()
+    (lib / "stubs" / "libcuda.so").write_bytes(LIBCUDA_SCRIPT)
+    (lib / "libcudart.so").symlink_to("libcudart.so.13")
+    home = str(venv.site.resolve() / "enginepkg").lstrip("/")
+    declared = {
+        "/" + i.entry.path: f"sha256:{i.entry.sha256}" if i.entry.sha256 else f"symlink:{i.entry.target}"
+        for i in cuda_link_entries(home, "13")
+        if i.entry.path.endswith((".so",))
+    }
+    assert declared[f"/{home}/lib/stubs/libcuda.so"] == "sha256:" + hashlib.sha256(LIBCUDA_SCRIPT).hexdigest()
+    unrecorded = {"enginepkg/lib/libcudart.so", "enginepkg/lib/stubs/libcuda.so"}
+    assert _kinds(venv.site)["unrecorded"] == unrecorded  # undeclared: flagged
+    forget(venv.site)
+    assert clean.find_stale(venv.site, added=declared) == []
+    (lib / "stubs" / "libcuda.so").write_bytes(b"INPUT(-l:libcuda.so.2)\n")  # no longer what was declared
+    (lib / "libcudart.so").unlink()
+    (lib / "libcudart.so").symlink_to("/elsewhere/libcudart.so.12")
+    forget(venv.site)
+    found = {s.path.relative_to(venv.site).as_posix() for s in clean.find_stale(venv.site, added=declared)}
+    assert found == unrecorded
+
+
 def test_two_dist_infos_for_one_name(tmp_path: Path, venv: Venv) -> None:
     venv.pip(str(_pkg(tmp_path, "1.0", {"enginepkg/__init__.py": b"v = 1"})))
     venv.pip("--ignore-installed", str(_pkg(tmp_path, "2.0", {"enginepkg/__init__.py": b"v = 2"})))

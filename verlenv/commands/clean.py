@@ -28,12 +28,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from verlenv.image.manifest import load_manifest
     from verlenv.inside.installed import by_name
 
     site = args.site or Path(sysconfig.get_paths()["purelib"])
     roots = {} if args.no_caches else clean.default_cache_roots()
     versions = clean.cache_versions({n: d.version for n, d in by_name(site).items()})
-    found = clean.find_stale(site, roots, versions)
+    manifest = load_manifest()
+    found = clean.find_stale(site, roots, versions, manifest.added if manifest else {})
     removed = clean.apply(found, site, roots) if args.apply else []
     if args.apply:  # what is left now belongs to the installed versions: say so for next time
         clean.stamp_caches(roots, versions)

@@ -39,6 +39,9 @@ class Manifest:
     overrides: dict[str, str] = field(default_factory=dict)
     # The profile's ELF waivers (glob over a shared object's path -> why): doctor excuses them as verify did.
     waivers: dict[str, str] = field(default_factory=dict)
+    # Files verlenv itself adds below site-packages, owned by no RECORD (pip's CUDA lacks what JIT
+    # linkers ask for): absolute path -> "sha256:HEX" or "symlink:TARGET". clean accepts exactly these.
+    added: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         # Insertion order is meaningful (layers bottom to top); everything else is built sorted.

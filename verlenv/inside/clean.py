@@ -61,15 +61,46 @@ class Stale:
 
 
 def find_stale(
-    site: Path, cache_roots: dict[str, Path] | None = None, versions: dict[str, str] | None = None
+    site: Path,
+    cache_roots: dict[str, Path] | None = None,
+    versions: dict[str, str] | None = None,
+    added: dict[str, str] | None = None,
 ) -> list[Stale]:
+    """``added``: the image manifest's files that verlenv put below site-packages itself; each counts
+    as recorded only while it is still what the manifest says."""
     site = site.resolve()
     infos = read_installed(site)
     recorded = frozenset().union(*(i.files for i in infos)) if infos else frozenset()
+    recorded |= _still_as_added(site, added or {})
     found = [*_duplicates(site, infos), *_unrecorded(site, infos, recorded), *_shadowing(site, infos)]
     for tool, root in (cache_roots or {}).items():
         found += _foreign_cache(tool, root, versions or {})
     return sorted(found, key=lambda s: (s.kind, str(s.path)))
+
+
+def _still_as_added(site: Path, added: dict[str, str]) -> frozenset[str]:
+    """Site-relative paths of the declared additions that match their declaration."""
+    found = set()
+    for name, what in added.items():
+        path = Path(name)
+        try:
+            rel = path.relative_to(site)
+        except ValueError:
+            continue
+        if _matches(path, what):
+            found.add(str(rel))
+    return frozenset(found)
+
+
+def _matches(path: Path, what: str) -> bool:
+    kind, _, value = what.partition(":")
+    if kind == "symlink":
+        return path.is_symlink() and str(path.readlink()) == value
+    return kind == "sha256" and path.is_file() and not path.is_symlink() and _sha256(path) == value
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _unrecorded(site: Path, infos: list[Installed], recorded: frozenset[str]) -> Iterator[Stale]:

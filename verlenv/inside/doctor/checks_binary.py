@@ -156,7 +156,7 @@ def _absent_fix(driver: dict[str, str], toolkit: dict[str, str]) -> str:
 def check_stale(facts: Facts) -> Result:
     from verlenv.inside.clean import find_stale
 
-    found = find_stale(facts.site)
+    found = find_stale(facts.site, added=facts.manifest.added if facts.manifest else {})
     if not found:
         return Result(Status.OK, "no leftovers of other versions in site-packages")
     details = tuple(f"{s.kind}: {s.path}: {s.reason}" for s in found[:20])
