@@ -16,7 +16,7 @@
 #   extcollect OUT       its build folder (objects, ninja log) and wheel, xz'd in 15 MiB pieces; the first 6
 #   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
 #   all     OUT          vLLM default mode: VLLM_CLEAN clean runs and a 1 MiB/step leak, with verl GRPO
-#                        and PPO with a critic (GAE) per TRAINER_SEEDS, all in parallel; then
+#                        per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS, all in parallel; then
 #                        doctor --cluster on one node; then the tree proven again
 #
 # Results (reports, logs) are written under OUT; benchmarks/README.md says what they showed.
@@ -72,18 +72,24 @@ apply)
   ;;
 all)
   bwrap_from_deb
-  # VLLM_CLEAN clean vLLM runs and one with a 1 MiB/step leak; verl GRPO and GAE for each of
-  # TRAINER_SEEDS, all at once; TRAINER_ATTN (e.g. sdpa) only for an image without flash-attn
-  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.06)
+  # VLLM_CLEAN clean vLLM runs and one with a 1 MiB/step leak; verl GRPO per TRAINER_SEEDS and PPO with
+  # a critic (GAE) per GAE_SEEDS, all at once on one GPU. Each engine's KV cache is sized in bytes
+  # (KV_BYTES): vLLM's profile-based sizing counts the other runs' memory changes as its own and
+  # refuses to start ("No available memory for the cache blocks", seen here on 2026-12-03).
+  # Compilation and CUDA graphs stay vLLM's and verl's defaults. TRAINER_ATTN (e.g. sdpa) only for an
+  # image without flash-attn.
+  kv=(--engine-arg "kv_cache_memory_bytes=${KV_BYTES:-2147483648}")
+  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.06 "${kv[@]}")
   attn=(); [ -n "${TRAINER_ATTN:-}" ] && attn=(--attn "$TRAINER_ATTN")
+  verl=(--trainer verl --steps 30 --gpu-memory-utilization 0.06 "${kv[@]}" "${attn[@]}")
   accept vllm-clean-1 "${vllm[@]}" --seed 1 &
-  for seed in $(seq 2 "${VLLM_CLEAN:-3}"); do accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed & done
+  for seed in $(seq 2 "${VLLM_CLEAN:-5}"); do accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed & done
   accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1 &
   for seed in ${TRAINER_SEEDS:-0 1 2}; do
-    for estimator in grpo gae; do
-      accept "verl-$estimator-$seed" --trainer verl --estimator "$estimator" --steps 30 --seed "$seed" "${attn[@]}" \
-        --gpu-memory-utilization 0.06 --workdir "/root/work/$estimator-$seed" &
-    done
+    accept "verl-grpo-$seed" "${verl[@]}" --estimator grpo --seed "$seed" --workdir "/root/work/grpo-$seed" &
+  done
+  for seed in ${GAE_SEEDS:-0}; do
+    accept "verl-gae-$seed" "${verl[@]}" --estimator gae --seed "$seed" --workdir "/root/work/gae-$seed" &
   done
   wait
   mkdir -p /root/scratch/cluster/home && cp "$repo/benchmarks/h200_cluster.py" /root/scratch/cluster/home/

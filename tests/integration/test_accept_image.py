@@ -74,8 +74,12 @@ def test_verls_own_trainer_takes_the_acceptance_config(engine, cpu_smoke) -> Non
     # verl's own Hydra files compose our overrides and verl's validate_config accepts them (no GPU
     # needed): a verl release that renames a key breaks this before a GPU hour is spent on it.
     code, out = run_in(
-        engine, cpu_smoke.image_id, "verlenv accept --trainer verl --dry-run --json --workdir /tmp/v", stderr=False
+        engine,
+        cpu_smoke.image_id,
+        "verlenv accept --trainer verl --dry-run --json --workdir /tmp/v --engine-arg kv_cache_memory_bytes=1073741824",
+        stderr=False,
     )
     assert code == 0, out
     facts = json.loads(out[out.index("{") :])
     assert facts["verl"] == "0.9.1" and facts["rollout"] == "vllm" and facts["critic"] is False
+    assert facts["engine_kwargs"] == {"kv_cache_memory_bytes": 1073741824}  # reaches verl's vLLM server args

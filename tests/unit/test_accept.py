@@ -409,6 +409,20 @@ def test_verls_trainer_runs_with_verls_default_modes(tmp_path: Path) -> None:
     assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in explicit
 
 
+def test_engine_args_become_verls_vllm_engine_kwargs(tmp_path: Path) -> None:
+    from verlenv.accept.trainer import TrainerConfig, engine_overrides, overrides
+    from verlenv.commands.accept import engine_args
+
+    pairs = engine_args(["kv_cache_memory_bytes=2147483648", 'attention_backend="FLASH_ATTN"'])
+    extra = engine_overrides(pairs)
+    assert extra == (
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=2147483648",
+        '+actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend="FLASH_ATTN"',
+    )
+    files = {k: tmp_path / k for k in ("train", "val", "model", "reward", "log")}
+    assert overrides(files, TrainerConfig(extra=extra))[-2:] == list(extra)  # last: over verlenv's own
+
+
 def test_a_critic_without_flash_attention_is_refused_before_anything_runs(tmp_path: Path) -> None:
     """On the H200, GAE with --attn sdpa ran 4 minutes and died in verl's load_valuehead_model, which
     asks for flash_attention_2 whatever the critic's config says."""

@@ -227,6 +227,14 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
     ]
 
 
+def engine_overrides(pairs: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:
+    """--engine-arg KEY=VALUE for verl's vLLM rollout: verl passes rollout.engine_kwargs.vllm on to the
+    engine's arguments over its own. Several runs sharing one GPU need kv_cache_memory_bytes there:
+    vLLM's profile-based sizing counts other processes' memory changes as its own (its own note in
+    determine_available_memory) and then fails to start."""
+    return tuple(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.{key}={json.dumps(value)}" for key, value in pairs)
+
+
 def _attention(config: TrainerConfig) -> list[str]:
     """verl's default attention (flash_attention_2, remove-padding on) unless asked for another. verl 0.9.1
     loads the critic's value-head model with flash_attention_2 itself, so a critic needs flash-attn."""
@@ -271,6 +279,7 @@ def dry_run(files: dict[str, Path], config: TrainerConfig) -> dict[str, Any]:
         "critic": need_critic(composed),
         "reference": need_reference_policy(composed),
         "steps": composed.trainer.total_training_steps,
+        "engine_kwargs": dict(composed.actor_rollout_ref.rollout.engine_kwargs.vllm),
     }
 
 

@@ -36,7 +36,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="pass KEY=VALUE to the rollout engine's constructor (vLLM's LLM, sglang.Engine) over verlenv's "
-        'defaults; VALUE is read as JSON when it parses (0.3, true, "fa3"), else as a string (repeatable)',
+        'defaults; VALUE is read as JSON when it parses (0.3, true, "fa3"), else as a string (repeatable); '
+        "with --trainer verl it becomes verl's actor_rollout_ref.rollout.engine_kwargs.vllm.KEY",
     )
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters; check the base stays frozen")
     parser.add_argument(
@@ -173,6 +174,7 @@ def _verl_trainer(args: argparse.Namespace) -> int:
         attn=args.attn,
         eager=args.eager,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        extra=trainer.engine_overrides(engine_args(args.engine_arg)),
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="verlenv-verl-"))
     workdir.mkdir(parents=True, exist_ok=True)
