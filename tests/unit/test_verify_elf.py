@@ -130,6 +130,18 @@ def test_broken_shared_objects_are_reported_not_raised(tmp_path, monkeypatch, ca
     assert entry["path"] == "brokenpkg/_native.so" and expected in entry["error"]
 
 
+@pytest.mark.parametrize(
+    "script",
+    [b"INPUT(-l:libcuda.so.1)\n", b"/* GNU ld script */\nOUTPUT_FORMAT(elf64-x86-64)\nGROUP ( /lib/libc.so.6 )\n"],
+)
+def test_a_linker_script_named_like_a_library_is_no_finding(tmp_path, monkeypatch, capsys, script) -> None:  # type: ignore[no-untyped-def]
+    # verlenv's own stubs/libcuda.so (and glibc's libc.so) are ld scripts: the loader never maps them
+    ok = build_wheel(tmp_path, "stubpkg", "1.0", {"stubpkg/lib/stubs/libcuda.so": script})
+    code, report, text = _verify(tmp_path, monkeypatch, capsys, Variant(), extra=[ok])
+    assert code == 0, text
+    assert report["unreadable"] == []
+
+
 def test_truncated_real_library_is_reported(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     _torch, _ = build_pair(tmp_path / "b1", Variant())
     real = (tmp_path / "b1" / "libc10.so").read_bytes()

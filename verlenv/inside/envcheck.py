@@ -65,8 +65,10 @@ def check_site(
         if prior is not None and recorded_keys.get(full) == keys[full]:
             items[full] = _relabel(prior, owner)
         else:
-            items[full] = read_file(owner, rel, full)
-            read += 1
+            item = read_file(owner, rel, full)
+            if item is not None:  # None: a linker script, nothing the loader maps
+                items[full] = item
+                read += 1
     objects = [i for i in items.values() if isinstance(i, SharedObject)]
     errors = tuple(i for i in items.values() if isinstance(i, ObjectError))
     torch = dists.get("torch")

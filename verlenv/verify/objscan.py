@@ -38,11 +38,23 @@ def wants_symbols(path: str, info: ElfInfo) -> bool:
     return ("torch/lib/" in path and bool(TORCH_LIB.match(base))) or any(TORCH_LIB.match(n) for n in info.needed)
 
 
-def read_object(owner: str, path: str, stream: IO[bytes]) -> SharedObject | ObjectError:
-    """Dynamic section first; the symbol tables only when the object is a torch provider or consumer."""
-    head = stream.read(4)
+_LD_SCRIPT = re.compile(rb"^\s*(/\*.*?\*/\s*)*(INPUT|GROUP|OUTPUT_FORMAT|SEARCH_DIR)\s*\(", re.DOTALL)
+
+
+def is_linker_script(head: bytes) -> bool:
+    """A GNU ld script named like a library (glibc's libc.so, the CUDA stub libcuda.so verlenv adds):
+    only the link editor reads it, the loader never maps it, so it has no ABI to check."""
+    return bool(_LD_SCRIPT.match(head))
+
+
+def read_object(owner: str, path: str, stream: IO[bytes]) -> SharedObject | ObjectError | None:
+    """Dynamic section first; the symbol tables only when the object is a torch provider or consumer.
+    None for a linker script."""
+    head = stream.read(512)
     stream.seek(0)
-    if not is_elf(head):
+    if not is_elf(head[:4]):
+        if is_linker_script(head):
+            return None
         return ObjectError(owner, path, "not an ELF file (bad magic number)")
     try:
         info = read_elf(stream, symbols=False)
@@ -72,7 +84,7 @@ def find_shared_objects(root: Path, tops: Collection[str] | None = None) -> Iter
                 yield (f"{rel_dir}/{filename}" if rel_dir else filename), full
 
 
-def read_file(owner: str, rel: str, full: str) -> SharedObject | ObjectError:
+def read_file(owner: str, rel: str, full: str) -> SharedObject | ObjectError | None:
     try:
         with open(full, "rb") as stream:  # noqa: PTH123
             return read_object(owner, rel, stream)
@@ -83,4 +95,6 @@ def read_file(owner: str, rel: str, full: str) -> SharedObject | ObjectError:
 def scan_site_packages(root: Path, tops: Collection[str] | None = None) -> Iterator[SharedObject | ObjectError]:
     """Every shared object below an installed site-packages directory, read (see find_shared_objects)."""
     for rel, full in find_shared_objects(root, tops):
-        yield read_file(rel.split("/", 1)[0], rel, full)
+        item = read_file(rel.split("/", 1)[0], rel, full)
+        if item is not None:
+            yield item

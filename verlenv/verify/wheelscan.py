@@ -51,7 +51,7 @@ def scan_wheel(house: HouseFile, cache: Cache) -> WheelScan:
     return scan
 
 
-def _read_member(wheel: Path, owner: str, member: zipfile.ZipInfo, cache: Cache) -> SharedObject | ObjectError:
+def _read_member(wheel: Path, owner: str, member: zipfile.ZipInfo, cache: Cache) -> SharedObject | ObjectError | None:
     # pyelftools seeks all over the file: inflate to a temp file first, never into memory.
     with tempfile.TemporaryFile(dir=cache.tmp) as tmp:
         try:
