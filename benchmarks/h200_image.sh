@@ -15,8 +15,9 @@
 #   extwait  OUT         wait (at most 9.5 min) for it; objects compiled so far
 #   extcollect OUT       its build folder (objects, ninja log) and wheel, xz'd in 15 MiB pieces; the first 6
 #   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
-#   all     OUT          vLLM default mode: VLLM_CLEAN clean runs and a 1 MiB/step leak, with verl GRPO
-#                        per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS, all in parallel; then
+#   all     OUT          verl GRPO per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS in parallel,
+#                        then vLLM default mode one run at a time: VLLM_CLEAN clean runs and a 1 MiB/step
+#                        leak; then
 #                        doctor --cluster on one node; then the tree proven again
 #
 # Results (reports, logs) are written under OUT; benchmarks/README.md says what they showed.
@@ -39,10 +40,10 @@ bwrap_from_deb() {  # bubblewrap, carried as Debian's .deb (depends on libc6, li
 }
 
 accept() {  # NAME SUITE-ARGS...: the suite in the tree, report and log kept under OUT
-  local name=$1; shift
-  verlenv accept-image --rootfs "$tree" --bundle "$stash" --scratch "/root/scratch/$name" \
-    --report-out "$out/$name.json" -- "$@" > "$out/$name.log" 2>&1
-  echo "$name exit $?" >> "$out/exits.txt"
+  local name=$1 scratch=${SCRATCH:-/root/scratch/$1} code=0; shift
+  verlenv accept-image --rootfs "$tree" --bundle "$stash" --scratch "$scratch" \
+    --report-out "$out/$name.json" -- "$@" > "$out/$name.log" 2>&1 || code=$?
+  echo "$name exit $code $(date -u +%T)" >> "$out/exits.txt"
 }
 
 case $phase in
@@ -72,19 +73,16 @@ apply)
   ;;
 all)
   bwrap_from_deb
-  # VLLM_CLEAN clean vLLM runs and one with a 1 MiB/step leak; verl GRPO per TRAINER_SEEDS and PPO with
-  # a critic (GAE) per GAE_SEEDS, all at once on one GPU. Each engine's KV cache is sized in bytes
-  # (KV_BYTES): vLLM's profile-based sizing counts the other runs' memory changes as its own and
-  # refuses to start ("No available memory for the cache blocks", seen here on 2026-12-03).
-  # Compilation and CUDA graphs stay vLLM's and verl's defaults. TRAINER_ATTN (e.g. sdpa) only for an
-  # image without flash-attn.
+  # verl GRPO per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS, all at once on one GPU, each
+  # engine's KV cache sized in bytes (KV_BYTES): vLLM's profile-based sizing counts the other runs'
+  # memory changes as its own and refuses to start. Then the vLLM suite one run at a time, sharing a
+  # compile cache: VLLM_CLEAN clean runs and one with a 1 MiB/step leak. Alone, because its sleep/wake
+  # cycle asserts on device-wide free memory ("Memory usage increased after sleeping" when another
+  # process allocates meanwhile: 3 of 6 parallel runs, H200 2026-12-04). Compilation and CUDA graphs
+  # stay vLLM's and verl's defaults. TRAINER_ATTN (e.g. sdpa) only for an image without flash-attn.
   kv=(--engine-arg "kv_cache_memory_bytes=${KV_BYTES:-2147483648}")
-  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.06 "${kv[@]}")
   attn=(); [ -n "${TRAINER_ATTN:-}" ] && attn=(--attn "$TRAINER_ATTN")
   verl=(--trainer verl --steps 30 --gpu-memory-utilization 0.06 "${kv[@]}" "${attn[@]}")
-  accept vllm-clean-1 "${vllm[@]}" --seed 1 &
-  for seed in $(seq 2 "${VLLM_CLEAN:-5}"); do accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed & done
-  accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1 &
   for seed in ${TRAINER_SEEDS:-0 1 2}; do
     accept "verl-grpo-$seed" "${verl[@]}" --estimator grpo --seed "$seed" --workdir "/root/work/grpo-$seed" &
   done
@@ -92,6 +90,12 @@ all)
     accept "verl-gae-$seed" "${verl[@]}" --estimator gae --seed "$seed" --workdir "/root/work/gae-$seed" &
   done
   wait
+  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.1)
+  SCRATCH=/root/scratch/vllm accept vllm-clean-1 "${vllm[@]}" --seed 1
+  SCRATCH=/root/scratch/vllm accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1
+  for seed in $(seq 2 "${VLLM_CLEAN:-5}"); do
+    SCRATCH=/root/scratch/vllm accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed
+  done
   mkdir -p /root/scratch/cluster/home && cp "$repo/benchmarks/h200_cluster.py" /root/scratch/cluster/home/
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/cluster --no-verify -- \
     python /root/h200_cluster.py /root/cluster > "$out/cluster.log" 2>&1 || true

@@ -158,3 +158,36 @@ def test_the_inventory_leaves_out_a_file_edited_after_install_and_adds_trees_mad
     made = rootfs.tree_inventory(tree, merge(entries))
     small = hashlib.sha256(b"X = 1\n").hexdigest()
     assert made[small] == [str(tree / SITE / "pkg/__init__.py"), 6]
+
+
+def test_the_tree_run_takes_its_report_from_the_file_whatever_stdout_holds(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """vLLM logs to stdout: the first vLLM runs in a CUDA image's tree passed (exit 0) and the runner,
+    which parsed stdout, said they produced no report."""
+    import subprocess
+
+    from verlenv.accept import rootfs_run
+    from verlenv.image.filemanifest import FileManifest
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    image = rootfs_run.ImageFacts("sha256:" + "ab" * 32, (), FileManifest(()))
+
+    def suite(plan, command, timeout_s):  # type: ignore[no-untyped-def]
+        assert command[command.index("--report") + 1] == "/root/acceptance.json"
+        (plan.scratch / "home" / "acceptance.json").write_text(json.dumps({"passed": True, "verdicts": []}))
+        noise = "INFO 12-04 15:20:19 [gpu_worker.py:412] reserved 2.0 GiB for the KV cache\n{not json"
+        return subprocess.CompletedProcess(command, 0, stdout=noise, stderr="")
+
+    monkeypatch.setattr(rootfs_run, "run_in_tree", suite)
+    monkeypatch.setattr(rootfs_run, "pick_runner", lambda wanted: "chroot")
+    (tmp_path / "scratch" / "home").mkdir(parents=True)
+    (tmp_path / "scratch" / "home" / "acceptance.json").write_text('{"passed": false}')  # an older run's
+    report = rootfs_run.accept_in_tree(tree, image, tmp_path / "scratch")
+    assert report["passed"] is True and report["image_id"] == image.image_id
+
+    def silent(plan, command, timeout_s):  # type: ignore[no-untyped-def]
+        return subprocess.CompletedProcess(command, 3, stdout="", stderr="Traceback ...\nAssertionError: boom")
+
+    monkeypatch.setattr(rootfs_run, "run_in_tree", silent)
+    with pytest.raises(rootfs.RootfsError, match="produced no report \\(exit 3\\)"):
+        rootfs_run.accept_in_tree(tree, image, tmp_path / "scratch")  # the older run's file was removed

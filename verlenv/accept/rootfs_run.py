@@ -184,11 +184,15 @@ def accept_in_tree(
     verified_s = time.monotonic() - started
     chosen = pick_runner(runner)
     the_plan = plan(rootfs, image, scratch, chosen, {})
-    command = ["verlenv", "accept", "--json", "-q", "--report", "/tmp/acceptance.json", *suite_args]
+    # The report is read from the file, not stdout: vLLM logs to stdout (its default handler), so the
+    # first vLLM runs in a tree (H200, 2026-12-04) passed with exit 0 and no parseable report.
+    written = scratch / "home" / "acceptance.json"
+    written.unlink(missing_ok=True)
+    command = ["verlenv", "accept", "-q", "--report", "/root/acceptance.json", *suite_args]
     proc = run_in_tree(the_plan, command, timeout_s)
     try:
-        report = json.loads(proc.stdout)
-    except ValueError:
+        report = json.loads(written.read_text())
+    except (OSError, ValueError):
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-30:])
         raise RootfsError(
             f"the acceptance run in {rootfs} produced no report (exit {proc.returncode}):\n{tail}"
