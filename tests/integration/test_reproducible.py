@@ -35,6 +35,7 @@ from verlenv.wheels.wheelhouse import fill
 @contextmanager
 def second_engine(where: Path) -> Iterator[str]:
     """A second dockerd with its own data root, exec root and socket (no bridge, no iptables)."""
+    where.mkdir(parents=True, exist_ok=True)
     socket = where / "docker.sock"
     log = (where / "dockerd.log").open("wb")
     proc = subprocess.Popen(

@@ -55,6 +55,9 @@ def _rank_main(rank: int, world: int, port: int, backend: str, config_json: str,
         dist.all_gather_object(gathered, mine)
         if rank == 0:
             Path(out).write_text(json.dumps({"backend": backend, "world_size": world, "ranks": gathered}))
+        # Both ranks reach teardown together: a gloo rank whose peer has already closed its pairs can
+        # abort in gloo's own threads ("terminate called without an active exception", seen once in CI).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
