@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,13 +37,16 @@ from verlenv.wheels.wheelhouse import fill
 def second_engine(where: Path) -> Iterator[str]:
     """A second dockerd with its own data root, exec root and socket (no bridge, no iptables)."""
     where.mkdir(parents=True, exist_ok=True)
-    socket = where / "docker.sock"
+    # Sockets live under the exec root: a pytest tmp path put containerd's at 107 characters, the
+    # limit of a unix socket path, and containerd never came up. A short folder of its own instead.
+    short = Path(tempfile.mkdtemp(prefix="verlenv-engine-", dir="/tmp"))
+    socket = short / "docker.sock"
     log = (where / "dockerd.log").open("wb")
     proc = subprocess.Popen(
         [
             shutil.which("dockerd") or "/usr/sbin/dockerd",
             "--data-root", str(where / "data"),
-            "--exec-root", str(where / "exec"),
+            "--exec-root", str(short / "exec"),
             "--pidfile", str(where / "dockerd.pid"),
             "-H", f"unix://{socket}",
             "--bridge=none", "--iptables=false", "--ip6tables=false",
@@ -71,6 +75,7 @@ def second_engine(where: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _cold_build(paths: ProjectPaths, cache: Cache) -> BuildResult:
