@@ -43,10 +43,12 @@ def pip_command() -> list[str]:
     )
 
 
-def run(cmd: list[str], *, what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    """Run ``cmd``; on failure raise ResolutionError with the tail of its stderr."""
+def run(
+    cmd: list[str], *, what: str, cwd: Path | None = None, env: dict[str, str] | None = None, umask: int = -1
+) -> str:
+    """Run ``cmd`` (with ``umask`` when given); on failure raise ResolutionError with the tail of its stderr."""
     full_env = {**os.environ, **env} if env else None
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=full_env)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=full_env, umask=umask)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise ResolutionError(f"{what} failed (exit {proc.returncode}):\n{tail}")

@@ -26,7 +26,7 @@ from verlenv.wheels.wheelhouse import HouseFile
 # The wheel's zip entries take SOURCE_DATE_EPOCH as their time: without it every build gave another
 # wheel sha256, and the image manifest (which records it) another image ID. 1980-01-01, zip's first day.
 WHEEL_EPOCH = "315532800"
-RECIPE = "sde-1"  # part of the cache key: wheels built before the fixed epoch are not reused
+RECIPE = "sde-umask-2"  # part of the cache key: wheels built before the fixed epoch and umask are not reused
 
 
 def as_wheels(
@@ -69,6 +69,9 @@ def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: st
             ],
             what=f"building a wheel from {sdist.filename} (backends: {backends.name})",
             env={"SOURCE_DATE_EPOCH": WHEEL_EPOCH},
+            # The wheel's zip records each file's mode as extracted: under umask 077 antlr4's wheel came
+            # out with 0600 entries and another sha256 (the CI build with another umask, 2026-12-04).
+            umask=0o022,
         )
         built = sorted(Path(tmp).glob("*.whl"))
         if len(built) != 1:
