@@ -102,6 +102,14 @@ def test_an_sdist_extension_is_locked_built_recorded_verified_and_rebuilt_the_sa
     assert second.image_id == first.image_id and second.record == "matched"
     assert json.loads(record_path(paths, "cpu-smoke").read_text())["image_id"] == first.image_id
 
+    # with the wheel cached, the build environment is neither made nor loaded (a cold default build
+    # spent 94 s loading ~8 GiB of it for a wheel it then found in the cache)
+    for image in engine.images.list(filters={"label": "io.verlenv.build-env"}):
+        engine.images.remove(image.id, force=True)
+    third = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True))
+    assert third.image_id == first.image_id
+    assert engine.images.list(filters={"label": "io.verlenv.build-env"}) == []
+
 
 def _env_of(engine, image_id: str) -> BuildEnv:  # type: ignore[no-untyped-def]
     env = dict(item.split("=", 1) for item in engine.images.get(image_id).attrs["Config"]["Env"])

@@ -66,12 +66,12 @@ def built_wheel(
     client, build: ExtensionBuild, sdist: HouseFile, env: BuildEnv, cache: Cache, record_file: Path, quiet: bool
 ) -> HouseFile:  # type: ignore[no-untyped-def]
     """The wheel of ``build``: from the cache when these inputs were built before, else built now."""
+    found = cached_wheel(build, sdist, env, cache)
+    if found is not None:
+        return found
     key = key_of(build, sdist, env)
     recorded = builtrecord.read(record_file).get(build.name)
     folder = cache.root / "built-ext" / key
-    found = sorted(folder.glob("*.whl"))
-    if found:
-        return HouseFile(build.name, build.version, found[0].name, sha256_of(found[0]), found[0])
     wheel, seconds, used = _build(client, build, sdist, env, cache, key, quiet)
     result = _describe(build, sdist, env, key, wheel, seconds, used)
     if recorded and recorded.key == key and recorded.wheel_sha256 != result.wheel_sha256:
@@ -84,6 +84,14 @@ def built_wheel(
     records[build.name] = result
     builtrecord.write(record_file, records)
     return HouseFile(build.name, build.version, target.name, result.wheel_sha256, stored)
+
+
+def cached_wheel(build: ExtensionBuild, sdist: HouseFile, env: BuildEnv, cache: Cache) -> HouseFile | None:
+    """The wheel built before from exactly these inputs, if the cache has it (no image needed)."""
+    found = sorted((cache.root / "built-ext" / key_of(build, sdist, env)).glob("*.whl"))
+    if not found:
+        return None
+    return HouseFile(build.name, build.version, found[0].name, sha256_of(found[0]), found[0])
 
 
 def _copy(path: Path, cache: Cache) -> Path:
