@@ -33,6 +33,7 @@ from verlenv.image.context import VENV, group_layers, source_date_epoch, source_
 from verlenv.image.filemanifest import FileManifest, merge
 from verlenv.image.layerstore import LayerStore, StoredLayer
 from verlenv.image.manifest import DEFAULT_PATH, Manifest
+from verlenv.image.preload import Preloader
 from verlenv.image.services import ensure_engine
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry, Item, write_layer
 from verlenv.lock.lockfile import Lock
@@ -131,23 +132,29 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
         client, base.reference, base.layer.diff_id, pip, epoch, store, options.nocache, _reporter(options.quiet)
     )
     env = _env(profile, files, epoch)
-    with timer.stage("layers"):
-        done = _install(profile, files, installer, cache, {}, None, options.quiet)
-    if profile.builds:
-        with timer.stage("extensions"):
-            lower = partial(_build_env_layers, profile, files, installer, cache, done)
-            files = _extensions(paths, profile, files, base, lower, dict(env), cache, options.quiet)
-        with timer.stage("checks"):
-            verify_sha = _reverify(paths, profile.name, cache)
-    manifest = _manifest(profile, lock, verify_sha, files, base, epoch)
-    with timer.stage("layers"):
-        done = _install(profile, files, installer, cache, done, manifest, options.quiet)
-        layers = [done["venv"], *(done[name] for name in group_layers(profile, files))]
-    spec = oci.ImageSpec(env=env, labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch)
-    with timer.stage("load"):
-        first = _stack(base, layers)
-        seeded = [*first, *_previous_record(paths, profile.name, store)]
-        checked = oci.load(client, oci.config_bytes(spec, seeded), seeded)
+    if profile.builds:  # a cached built wheel installs with its layer's first pass, not after the others
+        files = _cached_builds(profile, files, base, dict(env), cache)
+    with Preloader(client, profile.name, epoch) as preloader:
+        ready = partial(_offer_prefix, preloader, base, ["venv", *group_layers(profile, files)])
+        with timer.stage("layers"):
+            done = _install(profile, files, installer, cache, {}, None, options.quiet, ready)
+        if any(not h.is_wheel for h in files):
+            with timer.stage("extensions"):
+                lower = partial(_build_env_layers, profile, files, installer, cache, done)
+                files = _extensions(paths, profile, files, base, lower, dict(env), cache, options.quiet)
+        if profile.builds:
+            with timer.stage("checks"):
+                verify_sha = _reverify(paths, profile.name, cache)
+        manifest = _manifest(profile, lock, verify_sha, files, base, epoch)
+        with timer.stage("layers"):
+            done = _install(profile, files, installer, cache, done, manifest, options.quiet, ready)
+            layers = [done["venv"], *(done[name] for name in group_layers(profile, files))]
+        spec = oci.ImageSpec(env=env, labels=_labels(profile, lock, verify_sha, base, paths), epoch=epoch)
+        with timer.stage("load"):
+            preloader.wait()
+            first = _stack(base, layers)
+            seeded = [*first, *_previous_record(paths, profile.name, store)]
+            checked = oci.load(client, oci.config_bytes(spec, seeded), seeded)
     with timer.stage("self-check"):
         record_layer = _self_check(client, checked, store, epoch, options.quiet)
     with timer.stage("load"):
@@ -241,9 +248,11 @@ def _install(
     done: dict[str, NamedLayer],
     manifest: Manifest | None,
     quiet: bool,
+    ready: Callable[[dict[str, NamedLayer]], None] = lambda _: None,
 ) -> dict[str, NamedLayer]:
     """Install every layer not yet done whose wheels all exist; verlenv's only once the manifest does.
-    Two at a time: the small layers install while the torch layer's 4 GiB are written."""
+    Two at a time: the small layers install while the torch layer's 4 GiB are written. ``ready`` hears
+    of each finished layer, in stack order."""
     done = dict(done) or {"venv": NamedLayer("venv", install.venv_layer(installer, cache), "venv")}
     todo = [
         (name, items)
@@ -265,7 +274,33 @@ def _install(
     with ThreadPoolExecutor(max_workers=2) as pool:
         for layer in pool.map(one, todo):
             done[layer.name] = layer
+            ready(done)
     return done
+
+
+def _offer_prefix(preloader: Preloader, base: BaseImage, order: list[str], done: dict[str, NamedLayer]) -> None:
+    """The longest run of finished layers from the bottom of the stack, to load while the rest install."""
+    prefix: list[NamedLayer] = []
+    for name in order:
+        if name not in done:
+            break
+        prefix.append(done[name])
+    preloader.offer(_stack(base, prefix))
+
+
+def _cached_builds(
+    profile: Profile, files: list[HouseFile], base: BaseImage, env: dict[str, str], cache: Cache
+) -> list[HouseFile]:
+    """Each declared build's wheel in place of its sdist where the cache has it for these inputs."""
+    from verlenv.image import extbuild
+
+    probe = extbuild.BuildEnv("", env, _build_inputs(files, base))
+    swapped = []
+    for house in files:
+        build = profile.build_of(house.name)
+        found = None if build is None or house.is_wheel else extbuild.cached_wheel(build, house, probe, cache)
+        swapped.append(found or house)
+    return swapped
 
 
 def _extensions(

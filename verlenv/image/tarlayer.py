@@ -197,7 +197,7 @@ def write_layer(items: Iterable[Item], out: Path, epoch: int) -> LayerInfo:
     try:
         with tmp.open("wb") as handle:
             sink = _HashingWriter(handle)
-            with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:  # type: ignore[call-overload]
                 for path in sorted(chosen, key=lambda p: p.encode()):
                     written.append(_add(tar, chosen[path], epoch))
         tmp.replace(out)
