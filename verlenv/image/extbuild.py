@@ -175,7 +175,7 @@ def _follow(container, build: ExtensionBuild, log_path: Path, started: float, qu
     lines: list[str] = []
     buffer = ""
     last = 0.0
-    with log_path.open("a") as log:
+    with log_path.open("a", buffering=1) as log:  # line by line: people tail it during hours-long builds
         for chunk in container.logs(stream=True, follow=True):
             buffer += chunk.decode(errors="replace")
             *complete, buffer = buffer.split("\n")
