@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -70,6 +72,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the command itself, not a caller in-process
+        _stop_on_sigterm()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         before_parsing(argv)
@@ -93,6 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
         return _internal()
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a CI job's timeout, `kill`) unwinds like Ctrl-C: a build killed mid-compile removes its
+    container and keeps its objects instead of leaving the compilers running."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _parse(argv: list[str]):  # type: ignore[no-untyped-def]
