@@ -4,6 +4,7 @@ the blobs verlenv wrote over HTTP (no engine); the engine is used only to check 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import urllib.request
@@ -25,16 +26,17 @@ from verlenv.wheels.cache import Cache
 @pytest.fixture(scope="module")
 def shared_registry(engine, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One registry for the tests that need layers already pushed (a full push costs minutes)."""
-    reg = services.start_registry(Path(tmp_path_factory.mktemp("shared-registry")))
+    storage = Path(tmp_path_factory.mktemp("shared-registry"))
+    reg = services.start_registry(storage)
     yield reg
     reg.stop()
     forget_registry_tags(engine, reg.host)
+    shutil.rmtree(storage, ignore_errors=True)
 
 
 def _private(cache: Cache, where: Path) -> Cache:
     """A cache holding the built image (files, layers, image configs hard-linked) but no acceptance reports."""
     import os
-    import shutil
 
     own = Cache(where)
     for folder in ("files", "layers", "images"):

@@ -76,6 +76,7 @@ def second_engine(where: Path) -> Iterator[str]:
             proc.kill()
         log.close()
         shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(where / "data", ignore_errors=True)  # an image's worth of layers nobody reads again
 
 
 def _cold_build(paths: ProjectPaths, cache: Cache) -> BuildResult:

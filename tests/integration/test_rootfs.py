@@ -5,6 +5,7 @@ in, accepted there, and published on the strength of that report."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,8 @@ def tree(cpu_smoke, cache: Cache, tmp_path_factory: pytest.TempPathFactory):  # 
     bundle = rootfs.Bundle(image.image_id, manifest.sha256, image.config.decode(), (), ())
     (pack / rootfs.MANIFEST_NAME).write_text(bundle.to_json())
     manifest.write(pack / "files.gz")
-    return target, pack
+    yield target, pack
+    shutil.rmtree(where, ignore_errors=True)  # 2.4 GiB held to the session's end otherwise
 
 
 def test_the_unpacked_tree_is_the_image_file_by_file(tree, cpu_smoke, capsys) -> None:  # type: ignore[no-untyped-def]

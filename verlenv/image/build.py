@@ -11,7 +11,6 @@ self-check in it and keep its ELF record as a last layer; compare with lockfiles
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -21,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -313,17 +312,19 @@ def _extensions(
     cache: Cache,
     quiet: bool,
 ) -> list[HouseFile]:
-    """Build the profile's declared extensions in an image of its lower layers; return the files with
-    each built wheel in place of its sdist. The build environment is made and loaded only when a
-    wheel is not cached: loading its ~8 GiB cost a cold default build 94 s for a wheel it then found."""
+    """Build the profile's declared extensions that `_cached_builds` left as sdists, in an image of
+    its lower layers; return the files with each built wheel in place of its sdist. Only an uncached
+    wheel gets here, so only then is the ~8 GiB build environment made and loaded (loading it cost a
+    cold default build 94 s for a wheel it then found)."""
     from verlenv.image import extbuild
     from verlenv.wheels.builtrecord import builds_path
 
-    build_env = extbuild.BuildEnv("", env, _build_inputs(files, base))  # the cache key needs no image
     todo = [(h, b) for h in files if (b := profile.build_of(h.name)) and not h.is_wheel]
-    if any(extbuild.cached_wheel(b, h, build_env, cache) is None for h, b in todo):
-        build_env = replace(build_env, image_id=_load_build_env(profile, base, lower(), env, cache))
-    client = ensure_engine() if build_env.image_id else None
+    if not todo:
+        return files
+    image_id = _load_build_env(profile, base, lower(), env, cache)
+    build_env = extbuild.BuildEnv(image_id, env, _build_inputs(files, base))
+    client = ensure_engine()
     built = {
         h.name: extbuild.built_wheel(client, b, h, build_env, cache, builds_path(paths, profile.name), quiet)
         for h, b in todo
@@ -334,8 +335,7 @@ def _extensions(
 def _load_build_env(
     profile: Profile, base: BaseImage, done: list[NamedLayer], env: dict[str, str], cache: Cache
 ) -> str:
-    stack = [oci.Layer(base.layer.diff_id, base.layer.path, f"verlenv base {base.name}")]
-    stack += [oci.Layer(layer.stored.diff_id, layer.stored.path, f"verlenv layer {layer.name}") for layer in done]
+    stack = _stack(base, done)
     spec = oci.ImageSpec(env=tuple(env.items()), labels=(("io.verlenv.build-env", profile.name),), epoch=0)
     config = oci.config_bytes(spec, stack)
     image_id = oci.load(ensure_engine(), config, stack)
@@ -587,9 +587,7 @@ def _read_file(container, path: str) -> bytes:  # type: ignore[no-untyped-def]
 
 def _forget(client, image_id: str, keep: str = "") -> None:  # type: ignore[no-untyped-def]
     if image_id and image_id != keep:
-        # already gone, or still used by a container: harmless either way
-        with contextlib.suppress(Exception):
-            client.images.remove(image_id, force=True, noprune=False)
+        oci.forget(client, image_id)
 
 
 def _image_record(

@@ -9,6 +9,7 @@ the file, so a rebuild streams only the layers that changed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -140,6 +141,13 @@ def load(client, config: bytes, layers: Sequence[Layer]) -> str:  # type: ignore
     if loaded != wanted:
         raise ServiceError(f"the engine stored image {loaded}, not {wanted}: it rewrote the config")
     return loaded
+
+
+def forget(client, image_id: str) -> None:  # type: ignore[no-untyped-def]
+    """Remove an image verlenv loaded for its own use; one already gone, still used by a container,
+    or now also named by another image stays, which is harmless for every caller."""
+    with contextlib.suppress(Exception):
+        client.images.remove(image_id, force=True, noprune=False)
 
 
 def _send(client, stream: Iterator[bytes]) -> None:  # type: ignore[no-untyped-def]

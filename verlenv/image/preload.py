@@ -19,7 +19,8 @@ LABEL = "io.verlenv.preload"
 
 
 class Preloader:
-    """Loads growing prefixes of one stack in the background; ``close`` waits and cleans up."""
+    """Loads growing prefixes of one stack in the background; leaving its ``with`` block waits for
+    them and removes their images."""
 
     def __init__(self, client, name: str, epoch: int) -> None:  # type: ignore[no-untyped-def]
         self._client = client
@@ -54,11 +55,4 @@ class Preloader:
         self._pool.shutdown(wait=True)
         for load in self._loads:
             if load.exception() is None:
-                _remove(self._client, load.result())
-
-
-def _remove(client, image_id: str) -> None:  # type: ignore[no-untyped-def]
-    try:
-        client.images.remove(image_id, force=True, noprune=False)
-    except Exception:  # noqa: BLE001 - gone already, or another image now names the same config
-        return
+                oci.forget(self._client, load.result())
