@@ -1,7 +1,8 @@
 """Installing one layer's wheels into a tree of its own, in a container of the base, with no network.
 
 The locked pip installs the layer's hashed requirements into a prefix that a bind mount brings back
-to the host (so no tree is copied between builder stages), then the image's own Python compiles the
+to the host (so no tree is copied between builder stages), several pips at once over groups of
+wheels that write disjoint paths (pipgroups.py), then the image's own Python compiles the
 bytecode with hash-based validation and PYTHONHASHSEED=0, so the .pyc files are the same on every
 machine. The layer writer (tarlayer.py) turns the tree into the layer.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -20,12 +22,15 @@ from pathlib import Path
 from verlenv.errors import CheckFailed, ConfigError
 from verlenv.image.context import VENV, requirements_text, stage_wheels
 from verlenv.image.layerstore import LayerStore, StoredLayer
+from verlenv.image.pipgroups import install_groups
 from verlenv.image.tarlayer import Item, tree_items, write_layer
 from verlenv.wheels.cache import Cache
 from verlenv.wheels.wheelhouse import HouseFile
 
 RECIPE_VERSION = 1  # bump when the install steps change what lands in a layer
 PREFIX = VENV.lstrip("/")
+GROUP_GLOB = "group-*.txt"
+MAX_PIPS = 4  # pip processes installing one layer at once
 _COMPILE = (
     f"PYTHONHASHSEED=0 {VENV}/bin/python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash "
     f"-s /out -p {VENV} /out || true"  # files meant for other Pythons (torch's py312 intrinsics) never compile
@@ -88,11 +93,16 @@ def wheels_layer(
     if found:
         return found
     pip = f"{VENV}/bin/python3 /pip/{installer.pip.filename}/pip"  # pip runs from its own wheel
-    script = (
-        f"set -e; python3 -m venv --without-pip {VENV}; "
+    one = (
         f"{pip} install -q --no-index --no-deps --require-hashes --no-compile --ignore-installed "
-        "--no-warn-script-location --disable-pip-version-check --find-links /wheels --prefix /out "
-        f"-r /wheels/requirements.txt; {_COMPILE}"
+        "--no-warn-script-location --disable-pip-version-check --find-links /wheels --prefix /out -r"
+    )
+    # one pip per group file at once (pipgroups.py: the groups write disjoint paths); set -e makes a
+    # failed wait fail the layer
+    script = (
+        f"set -e; python3 -m venv --without-pip {VENV}; pids=; "
+        f'for r in /wheels/{GROUP_GLOB}; do {one} "$r" & pids="$pids $!"; done; '
+        f"for p in $pids; do wait $p; done; {_COMPILE}"
     )
     return _build(installer, cache, key, name, script, items, extra)
 
@@ -111,6 +121,7 @@ def _build(
         out.mkdir()
         if items is not None:
             stage_wheels(wheels, items)
+            _write_groups(wheels, items)
         else:
             wheels.mkdir()
         started = time.monotonic()
@@ -123,6 +134,11 @@ def _build(
             write = time.monotonic() - installed
             installer.report(f"layer {name}: installed in {installed - started:.1f}s, written in {write:.1f}s")
     return installer.store.put(key, staged, info)
+
+
+def _write_groups(wheels: Path, items: tuple[HouseFile, ...]) -> None:
+    for number, group in enumerate(install_groups(items, min(os.cpu_count() or 1, MAX_PIPS))):
+        (wheels / GROUP_GLOB.replace("*", str(number))).write_text(requirements_text(group))
 
 
 def _run(installer: Installer, name: str, script: str, wheels: Path, out: Path) -> None:
