@@ -28,6 +28,7 @@ def _wheels(tmp_path: Path) -> list[HouseFile]:
         _house(tmp_path, "g", {"g-1.0.data/purelib/g/mod.py": b"G = 1\n"}),
         _house(tmp_path, "h", {"h-1.0.data/data/lib/python3.11/site-packages/b/__init__.py": b"H\n"}),
         _house(tmp_path, "i", {"i-1.0.data/headers/i.h": b"int i;\n"}),
+        _house(tmp_path, "j", {"j-1.0.data/data/bin/tool": b"#!/bin/sh\n"}),  # bin/tool again, as data
     ]
 
 
@@ -37,6 +38,7 @@ def test_installed_paths_follow_pips_schemes(tmp_path: Path) -> None:
     assert "lib:g/mod.py" in installed_paths(wheels["g"].path)
     assert "lib:b/__init__.py" in installed_paths(wheels["h"].path)
     assert "include:i/i.h" in installed_paths(wheels["i"].path)
+    assert "bin:tool" in installed_paths(wheels["j"].path)
 
 
 def test_colliding_wheels_share_a_group_in_their_order_and_groups_are_disjoint(tmp_path: Path) -> None:
@@ -45,7 +47,7 @@ def test_colliding_wheels_share_a_group_in_their_order_and_groups_are_disjoint(t
     assert len(groups) == 3
     assert sorted(w.name for g in groups for w in g) == sorted(w.name for w in wheels)
     where = {w.name: n for n, g in enumerate(groups) for w in g}
-    assert where["c"] == where["d"] and where["e"] == where["f"] and where["b"] == where["h"]
+    assert where["c"] == where["d"] and where["e"] == where["f"] == where["j"] and where["b"] == where["h"]
     for group in groups:
         order = [w.name for w in group]
         assert order == sorted(order, key=[w.name for w in wheels].index)  # the winner stays the winner

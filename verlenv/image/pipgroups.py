@@ -45,8 +45,11 @@ def _placed(name: str) -> str:
         return f"bin:{below}"
     if scheme == "headers":
         return f"include:{top.removesuffix('.data').rpartition('-')[0]}/{below}"  # include/site/pythonX.Y/NAME
-    inside = _SITE.fullmatch(below)  # data files aimed at site-packages meet the modules there
-    return f"lib:{inside.group(1)}" if inside else f"data:{below}"
+    # data files land under the prefix itself, so some meet modules or scripts
+    inside = _SITE.fullmatch(below)
+    if inside:
+        return f"lib:{inside.group(1)}"
+    return f"bin:{below.removeprefix('bin/')}" if below.startswith("bin/") else f"data:{below}"
 
 
 def _scripts(text: str) -> set[str]:
