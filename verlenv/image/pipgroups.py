@@ -69,10 +69,11 @@ def install_groups(items: Sequence[HouseFile], most: int) -> list[tuple[HouseFil
     parts = _colliding(items)
     bins: list[list[int]] = [[] for _ in range(max(1, min(most, len(parts))))]
     sizes = [0] * len(bins)
-    for part in sorted(parts, key=lambda p: -sum(items[i].path.stat().st_size for i in p)):
+    weighed = [(sum(items[i].path.stat().st_size for i in part), part) for part in parts]
+    for size, part in sorted(weighed, key=lambda w: -w[0]):
         smallest = sizes.index(min(sizes))
         bins[smallest] += part
-        sizes[smallest] += sum(items[i].path.stat().st_size for i in part)
+        sizes[smallest] += size
     return [tuple(items[i] for i in sorted(b)) for b in bins if b] or [()]  # no wheels: one empty file, as before
 
 
