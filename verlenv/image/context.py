@@ -57,9 +57,9 @@ def requirements_text(items: tuple[HouseFile, ...]) -> str:
 
 
 def stage_wheels(folder: Path, items: tuple[HouseFile, ...]) -> int:
-    """Link ``items`` into ``folder`` beside their hashed requirements.txt, each re-hashed on the way."""
+    """Link ``items`` into ``folder``, each re-hashed on the way; the caller writes the requirement
+    files that name them."""
     folder.mkdir(parents=True)
-    (folder / "requirements.txt").write_text(requirements_text(items))
     # hashlib releases the GIL: re-hashing several GB of CUDA wheels scales with the cores.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return sum(pool.map(lambda house: _link_verified(house, folder / house.filename), items))
