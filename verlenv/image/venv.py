@@ -34,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from verlenv import __version__
 from verlenv.errors import ConfigError, ResolutionError
-from verlenv.image.context import group_layers, source_date_epoch, verlenv_wheel
+from verlenv.image.context import group_layers, requirements_text, source_date_epoch, verlenv_wheel
 from verlenv.image.manifest import VENV_NAME, Manifest
 from verlenv.paths import ProjectPaths
 from verlenv.verify.report import require_verified
@@ -266,7 +266,7 @@ def _install(venv_python: str, files: list[HouseFile], quiet: bool) -> None:
         for item in files:
             (house / item.filename).symlink_to(item.path.resolve())
         requirements = house / "requirements.txt"
-        requirements.write_text("".join(f"{f.name}=={f.version} --hash=sha256:{f.sha256}\n" for f in files))
+        requirements.write_text(requirements_text(tuple(files)))
         _say(f"installing {len(files)} wheels offline (--no-index --no-deps --require-hashes)", quiet)
         # pip runs from its own wheel: the venv has no pip until pip installs itself from the lock.
         options = ["--no-index", "--no-deps", "--require-hashes", "--no-compile", "--disable-pip-version-check"]
