@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import tarfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -19,6 +22,21 @@ def forget_registry_tags(engine, host: str) -> None:  # type: ignore[no-untyped-
             if ref.startswith(f"{host}/"):
                 with contextlib.suppress(docker.errors.ImageNotFound):
                     engine.images.remove(ref)
+
+
+@contextlib.contextmanager
+def scratch_registry(engine, storage: Path) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """A Distribution registry on 127.0.0.1:<free port> storing in ``storage``; afterwards stopped,
+    its tags forgotten and its storage removed (~0.7 GiB a push: a CI disk filled up with them)."""
+    from verlenv.image import services
+
+    reg = services.start_registry(storage)
+    try:
+        yield reg
+    finally:
+        reg.stop()
+        forget_registry_tags(engine, reg.host)
+        shutil.rmtree(storage, ignore_errors=True)
 
 
 def legacy_attachment(engine, repository: str, digest: str, image_id: str, report: dict[str, Any]) -> str:  # type: ignore[no-untyped-def]

@@ -7,13 +7,12 @@ never skip, when the engine cannot be had, so a green run always means they ran.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.engine import forget_registry_tags
+from tests.helpers.engine import scratch_registry
 from tests.helpers.variants import copy_project
 from verlenv.image import services
 from verlenv.image.build import BuildOptions, BuildResult, build_image
@@ -41,12 +40,8 @@ def engine():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def registry(engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[services.Registry]:  # type: ignore[no-untyped-def]
     """A fresh Distribution registry on 127.0.0.1:<free port>, storage in a temp dir."""
-    storage = Path(tmp_path_factory.mktemp("registry"))
-    reg = services.start_registry(storage)
-    yield reg
-    reg.stop()
-    forget_registry_tags(engine, reg.host)
-    shutil.rmtree(storage, ignore_errors=True)  # ~0.7 GiB a push: a CI disk filled up with them
+    with scratch_registry(engine, Path(tmp_path_factory.mktemp("registry"))) as reg:
+        yield reg
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.engine import forget_registry_tags
+from tests.helpers.engine import scratch_registry
 from tests.helpers.faultproxy import FAKE_DIGEST, lying_proxy
 from verlenv.cli import main
 from verlenv.errors import CheckFailed, ConfigError, IntegrityError, ServiceError
@@ -26,12 +26,8 @@ from verlenv.wheels.cache import Cache
 @pytest.fixture(scope="module")
 def shared_registry(engine, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One registry for the tests that need layers already pushed (a full push costs minutes)."""
-    storage = Path(tmp_path_factory.mktemp("shared-registry"))
-    reg = services.start_registry(storage)
-    yield reg
-    reg.stop()
-    forget_registry_tags(engine, reg.host)
-    shutil.rmtree(storage, ignore_errors=True)
+    with scratch_registry(engine, Path(tmp_path_factory.mktemp("shared-registry"))) as reg:
+        yield reg
 
 
 def _private(cache: Cache, where: Path) -> Cache:
