@@ -4,6 +4,7 @@ verlenv's own wheel built from this checkout."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import os
 import shutil
@@ -16,7 +17,7 @@ from packaging.utils import canonicalize_name
 from verlenv.errors import IntegrityError
 from verlenv.lock.tools import run, uv_binary
 from verlenv.profiles.profile import LAYER_ORDER, Profile
-from verlenv.verify.distmeta import read_meta
+from verlenv.verify.distmeta import DistMeta, read_meta
 from verlenv.verify.metadata import reachable
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
@@ -48,8 +49,15 @@ def _torch_closure(profile: Profile, files: list[HouseFile]) -> set[str] | None:
     candidates = {canonicalize_name(h.name): h for h in files if profile.layer_of(h.name) == "torch"}
     if "torch" not in candidates:
         return None
-    metas = {name: read_meta(house.path) for name, house in candidates.items()}
+    metas = {name: _meta(house) for name, house in candidates.items()}
     return reachable(metas, "torch", profile.python, profile.platform)
+
+
+@functools.lru_cache(maxsize=512)
+def _meta(house: HouseFile) -> DistMeta:
+    """A wheel's metadata, read once per build: the layers are grouped five times in one, and opening
+    torch's and the nvidia-* wheels took 0.66 s of a 7.9 s cpu-smoke rebuild."""
+    return read_meta(house.path)
 
 
 def requirements_text(items: tuple[HouseFile, ...]) -> str:

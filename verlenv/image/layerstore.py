@@ -3,6 +3,7 @@ key (the hash of everything that went into the layer) that finds it again withou
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -24,8 +25,15 @@ class StoredLayer:
     entries_path: Path
 
     def entries(self) -> tuple[Entry, ...]:
-        with gzip.open(self.entries_path, "rt", encoding="utf-8") as handle:
-            return tuple(_entry(line) for line in handle.read().splitlines())
+        return _entries(self.entries_path)
+
+
+@functools.lru_cache(maxsize=16)
+def _entries(path: Path) -> tuple[Entry, ...]:
+    """A stored layer's entries, parsed once: its file is named by the DiffID and never rewritten with
+    other content, and one build reads each layer's three times (files manifest, record, check)."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return tuple(_entry(line) for line in handle.read().splitlines())
 
 
 def _entry(line: str) -> Entry:
