@@ -146,4 +146,6 @@ def test_a_build_resumes_from_its_object_files(engine, cpu_smoke, cache: Cache, 
     second = built_wheel(engine, build, house, env, cache, tmp_path / "b.json", True)
     text = log.read_text()
     assert second.sha256 == first.sha256
+    # the objects were normalized, then linked and packed again from them (a C++ object has no nvcc PID)
+    assert "[objnorm] 0 of " in text and " -shared " in text.split("[objnorm]", 1)[1], text[-2000:]
     assert "bind.cpp" not in text.split("running build_ext", 1)[-1] or "no work to do" in text.lower(), text[-2000:]

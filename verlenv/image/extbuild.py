@@ -1,13 +1,13 @@
-"""Compiled extensions built from their locked sdists (flash-attn), hermetically, against the profile's
-own torch, nvcc and compilers.
-
-The build runs in a container of the profile's own lower layers (base with gcc and Python.h, venv,
-torch, torch-extras with the locked nvcc, deps with setuptools and ninja) with no network, `pip wheel
---no-build-isolation` over the extracted sdist, SOURCE_DATE_EPOCH set. Its build folder is kept in the
-cache under the hash of every input, so a killed build resumes from its object files (ninja skips
-what is done); progress is ninja's "[N/M]"; a failure names the first failing file and its compiler
-error. The wheel is kept by that hash and recorded in lockfiles/NAME.builds.json with the sha256 of
-every file in it; a rebuild from the same inputs that differs says which files do.
+"""Compiled extensions built from their locked sdists (flash-attn), hermetically, against the profile's own torch,
+nvcc and compilers. The build runs in a container of the profile's own lower layers (base with gcc and Python.h,
+venv, torch, torch-extras with the locked nvcc, deps with setuptools and ninja) with no network, `pip wheel
+--no-build-isolation` over the extracted sdist, SOURCE_DATE_EPOCH set. Its build folder is kept in the cache
+under the hash of every input, so a killed build resumes from its object files (ninja skips what is done);
+progress is ninja's "[N/M]"; a failure names the first failing file and its compiler error. nvcc's PID, which
+lands in every CUDA object's symbol table, is zeroed (objnorm) and the library linked again before the wheel is
+kept, so a rebuild gives the same bytes. The wheel is kept by that hash and recorded in
+lockfiles/NAME.builds.json with the sha256 of every file in it; a rebuild from the same inputs that differs says
+which files do.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import tarfile
@@ -26,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv.errors import CheckFailed, IntegrityError
+from verlenv.image import objnorm
 from verlenv.profiles.profile import ExtensionBuild
 from verlenv.wheels import builtrecord
 from verlenv.wheels.builtrecord import BuiltWheel
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: objects normalized (objnorm) and linked again before the wheel is kept
 NVCC_THREADS = "1"  # it lands in every compile command: fixed, so the same inputs give the same build
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 _FAILED = re.compile(r"^\s*FAILED: (?:\[code=\d+\] )?(\S+)")
@@ -164,11 +166,12 @@ def recipe(build: ExtensionBuild, image_env: dict[str, str], top: str, used: int
     }
     if build.cuda_archs:
         variables["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[:-1]}.{a[-1]}" for a in build.cuda_archs)
-    command = (
-        f"cd /build/src/{top} && /opt/venv/bin/python -m pip wheel -v --no-build-isolation --no-deps "
-        "--no-index -w /build/out ."
-    )
-    return command, variables
+    wheel = "/opt/venv/bin/python -m pip wheel -v --no-build-isolation --no-deps --no-index -w /build/out ."
+    # nvcc's PID sits in every CUDA object's symbol table: zero it, then link and pack again from the
+    # same objects (ninja has nothing left to compile), so the kept wheel is the same on every build
+    normalize = f"/opt/venv/bin/python -c {shlex.quote(Path(objnorm.__file__).read_text())} build"
+    relink = "rm -f /build/out/*.whl && find build -name '*.so' -delete"
+    return f"cd /build/src/{top} && {wheel} && {normalize} && {relink} && {wheel}", variables
 
 
 def _follow(container, build: ExtensionBuild, log_path: Path, started: float, quiet: bool) -> list[str]:  # type: ignore[no-untyped-def]

@@ -1,0 +1,52 @@
+"""Object files made the same on every compile, so a rebuild of an extension gives the same wheel.
+
+nvcc hands gcc its host code as `tmpxft_<nvcc's PID, 8 hex digits>_00000000-6_<src>.cudafe1.cpp`, and
+gcc writes that name into the object's symbol table (the STT_FILE symbol and
+`_GLOBAL__sub_I_tmpxft_…`). Two compiles of one source therefore differ in those bytes only. Zeroing
+the PID field keeps every length and offset, and a link of equal objects is equal.
+
+This file runs on its own (standard library only): the build recipe hands its text to the build
+environment's Python, in a container here or in the image's tree on another host.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_")
+FIXED = b"tmpxft_00000000_"
+
+
+def normalize(path: Path) -> bool:
+    """Zero nvcc's PID in ``path``; True when the file changed. Written aside and renamed, so a killed
+    run never leaves a truncated object that ninja would take as up to date."""
+    data = path.read_bytes()
+    fixed = TEMP_NAME.sub(FIXED, data)
+    if fixed == data:
+        return False
+    staged = path.with_name(f".{path.name}.objnorm")
+    staged.write_bytes(fixed)
+    staged.chmod(path.stat().st_mode & 0o7777)
+    staged.replace(path)
+    return True
+
+
+def normalize_tree(root: Path) -> tuple[int, int]:
+    """(objects under ``root``, how many changed)."""
+    objects = sorted(root.rglob("*.o"))
+    return len(objects), sum(normalize(path) for path in objects)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print("usage: objnorm.py BUILD-FOLDER (the folder holding the compiled .o files)", file=sys.stderr)
+        return 2
+    total, changed = normalize_tree(Path(argv[0]))
+    print(f"[objnorm] {changed} of {total} object file(s) had nvcc's temp-file PID zeroed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
