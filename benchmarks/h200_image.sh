@@ -17,7 +17,7 @@
 #   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
 #   all     OUT          verl GRPO per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS in parallel,
 #                        then vLLM default mode one run at a time: VLLM_CLEAN clean runs and a 1 MiB/step
-#                        leak; then
+#                        leak (none when VLLM_CLEAN=0); then
 #                        doctor --cluster on one node; then the tree proven again
 #
 # Results (reports, logs) are written under OUT; benchmarks/README.md says what they showed.
@@ -91,8 +91,10 @@ all)
   done
   wait
   vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.1)
-  SCRATCH=/root/scratch/vllm accept vllm-clean-1 "${vllm[@]}" --seed 1
-  SCRATCH=/root/scratch/vllm accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1
+  if [ "${VLLM_CLEAN:-5}" -gt 0 ]; then  # VLLM_CLEAN=0: the trainers only (device time is short)
+    SCRATCH=/root/scratch/vllm accept vllm-clean-1 "${vllm[@]}" --seed 1
+    SCRATCH=/root/scratch/vllm accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1
+  fi
   for seed in $(seq 2 "${VLLM_CLEAN:-5}"); do
     SCRATCH=/root/scratch/vllm accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed
   done
