@@ -63,11 +63,13 @@ def test_two_nvcc_compiles_match_once_normalized_and_link_the_same(tmp_path: Pat
     assert libraries[0] == libraries[1]
 
 
-def test_only_the_pid_field_changes_and_mode_is_kept(tmp_path: Path) -> None:
+def test_only_the_pid_field_changes_and_mode_and_mtime_are_kept(tmp_path: Path) -> None:
     obj = tmp_path / "x.o"
     obj.write_bytes(b"\x7fELF..tmpxft_0001a2b3_00000000-6_k.cudafe1.cpp\x00tmpxft_zzzzzzzz_\x00")
     obj.chmod(0o640)
+    os.utime(obj, ns=(5, 1_700_000_000_123_456_789))
     assert objnorm.normalize(obj) is True
+    assert obj.stat().st_mtime_ns == 1_700_000_000_123_456_789  # ninja would compile it again otherwise
     assert obj.read_bytes() == b"\x7fELF..tmpxft_00000000_00000000-6_k.cudafe1.cpp\x00tmpxft_zzzzzzzz_\x00"
     assert obj.stat().st_mode & 0o777 == 0o640
     assert not list(tmp_path.glob(".*objnorm"))

@@ -11,6 +11,7 @@ environment's Python, in a container here or in the image's tree on another host
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,14 +22,17 @@ FIXED = b"tmpxft_00000000_"
 
 def normalize(path: Path) -> bool:
     """Zero nvcc's PID in ``path``; True when the file changed. Written aside and renamed, so a killed
-    run never leaves a truncated object that ninja would take as up to date."""
+    run never leaves a truncated object. The mtime is kept: ninja compiles again any output whose mtime
+    is not the one its log recorded (flash-attn: all 72 kernels, found on 2026-12-05)."""
     data = path.read_bytes()
     fixed = TEMP_NAME.sub(FIXED, data)
     if fixed == data:
         return False
+    stat = path.stat()
     staged = path.with_name(f".{path.name}.objnorm")
     staged.write_bytes(fixed)
-    staged.chmod(path.stat().st_mode & 0o7777)
+    staged.chmod(stat.st_mode & 0o7777)
+    os.utime(staged, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     staged.replace(path)
     return True
 
