@@ -5,9 +5,9 @@ venv, torch, torch-extras with the locked nvcc, deps with setuptools and ninja) 
 under the hash of every input, so a killed build resumes from its object files (ninja skips what is done);
 progress is ninja's "[N/M]"; a failure names the first failing file and its compiler error. nvcc's PID, which
 lands in every CUDA object's symbol table, is zeroed (objnorm) and the library linked again before the wheel is
-kept, so a rebuild gives the same bytes. The wheel is kept by that hash and recorded in
-lockfiles/NAME.builds.json with the sha256 of every file in it; a rebuild from the same inputs that differs says
-which files do.
+kept. cudafe++'s PID, in its internal-linkage names, is not yet removed (issue 21). The wheel is kept by that
+hash and recorded in lockfiles/NAME.builds.json with the sha256 of every file in it; a rebuild from the same
+inputs that differs says which files do.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def recipe(build: ExtensionBuild, image_env: dict[str, str], top: str, used: int
         variables["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[:-1]}.{a[-1]}" for a in build.cuda_archs)
     wheel = "/opt/venv/bin/python -m pip wheel -v --no-build-isolation --no-deps --no-index -w /build/out ."
     # nvcc's PID sits in every CUDA object's symbol table: zero it, then link and pack again from the
-    # same objects (ninja has nothing left to compile), so the kept wheel is the same on every build
+    # same objects (ninja has nothing left to compile)
     normalize = f"/opt/venv/bin/python -c {shlex.quote(Path(objnorm.__file__).read_text())} build"
     relink = "rm -f /build/out/*.whl && find build -name '*.so' -delete"
     return f"cd /build/src/{top} && {wheel} && {normalize} && {relink} && {wheel}", variables
