@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import cuda
 from verlenv.image import objnorm
 
 KERNEL = """
@@ -21,22 +21,12 @@ void launch(float* x, int n) { twice<<<(n + 255) / 256, 256>>>(x, n); }
 """
 
 
-def _nvcc() -> str:
-    for candidate in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda-13.0", "/usr/local/cuda"):
-        if candidate and os.access(Path(candidate) / "bin" / "nvcc", os.X_OK):
-            return str(Path(candidate) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
-    if not found:
-        pytest.skip("no nvcc on this machine (looked in CUDA_HOME, /usr/local/cuda-13.0, /usr/local/cuda, PATH)")
-    return found
-
-
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_two_nvcc_compiles_match_once_normalized_and_link_the_same(tmp_path: Path) -> None:
-    nvcc = _nvcc()
+    nvcc = cuda.nvcc()
     source = tmp_path / "kernel.cu"
     source.write_text(KERNEL)
     objects = []

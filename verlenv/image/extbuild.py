@@ -3,11 +3,11 @@ nvcc and compilers. The build runs in a container of the profile's own lower lay
 venv, torch, torch-extras with the locked nvcc, deps with setuptools and ninja) with no network, `pip wheel
 --no-build-isolation` over the extracted sdist, SOURCE_DATE_EPOCH set. Its build folder is kept in the cache
 under the hash of every input, so a killed build resumes from its object files (ninja skips what is done);
-progress is ninja's "[N/M]"; a failure names the first failing file and its compiler error. nvcc's PID, which
-lands in every CUDA object's symbol table, is zeroed (objnorm) and the library linked again before the wheel is
-kept. cudafe++'s PID, in its internal-linkage names, is not yet removed (issue 21). The wheel is kept by that
-hash and recorded in lockfiles/NAME.builds.json with the sha256 of every file in it; a rebuild from the same
-inputs that differs says which files do.
+progress is ninja's "[N/M]"; a failure names the first failing file and its compiler error. Two compilers write
+their process ID into CUDA objects: cudafe++ is handed a fixed one by a preloaded getpid (pidpin.c), and nvcc's,
+in its temp-file names, is zeroed (objnorm) before the library is linked again and the wheel kept. The wheel is
+kept by that hash and recorded in lockfiles/NAME.builds.json with the sha256 of every file in it; a rebuild from
+the same inputs that differs says which files do.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from verlenv.wheels.builtrecord import BuiltWheel
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
 
-RECIPE_VERSION = 2  # 2: objects normalized (objnorm) and linked again before the wheel is kept
+RECIPE_VERSION = 3  # 2: objects normalized (objnorm) and linked again; 3: cudafe++'s PID pinned (pidpin.c)
+PIDPIN = Path(__file__).with_name("pidpin.c")
+PIDPIN_SO = "/tmp/verlenv-pidpin.so"  # in the container, outside the cached build folder
 NVCC_THREADS = "1"  # it lands in every compile command: fixed, so the same inputs give the same build
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 _FAILED = re.compile(r"^\s*FAILED: (?:\[code=\d+\] )?(\S+)")
@@ -171,7 +173,14 @@ def recipe(build: ExtensionBuild, image_env: dict[str, str], top: str, used: int
     # same objects (ninja has nothing left to compile)
     normalize = f"/opt/venv/bin/python -c {shlex.quote(Path(objnorm.__file__).read_text())} build"
     relink = "rm -f /build/out/*.whl && find build -name '*.so' -delete"
-    return f"cd /build/src/{top} && {wheel} && {normalize} && {relink} && {wheel}", variables
+    return f"cd /build/src/{top} && {pin_pid()} && {wheel} && {normalize} && {relink} && {wheel}", variables
+
+
+def pin_pid() -> str:
+    """Shell that compiles pidpin.c with the build environment's gcc and preloads it for the rest of
+    the recipe, so cudafe++ writes the same internal-linkage names in every compile."""
+    source = shlex.quote(PIDPIN.read_text())
+    return f"printf '%s' {source} | gcc -shared -fPIC -O2 -x c -o {PIDPIN_SO} - && export LD_PRELOAD={PIDPIN_SO}"
 
 
 def _follow(container, build: ExtensionBuild, log_path: Path, started: float, quiet: bool) -> list[str]:  # type: ignore[no-untyped-def]
