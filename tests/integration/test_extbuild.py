@@ -103,12 +103,14 @@ def test_an_sdist_extension_is_locked_built_recorded_verified_and_rebuilt_the_sa
     assert json.loads(record_path(paths, "cpu-smoke").read_text())["image_id"] == first.image_id
 
     # with the wheel cached, the build environment is neither made nor loaded (a cold default build
-    # spent 94 s loading ~8 GiB of it for a wheel it then found in the cache)
-    for image in engine.images.list(filters={"label": "io.verlenv.build-env"}):
+    # spent 94 s loading ~8 GiB of it for a wheel it then found in the cache). Only this profile's
+    # build environments go: another profile's may be in use by a build running beside the tests.
+    own_envs = {"label": "io.verlenv.build-env=cpu-smoke"}
+    for image in engine.images.list(filters=own_envs):
         engine.images.remove(image.id, force=True)
     third = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True))
     assert third.image_id == first.image_id
-    assert engine.images.list(filters={"label": "io.verlenv.build-env"}) == []
+    assert engine.images.list(filters=own_envs) == []
 
 
 def _env_of(engine, image_id: str) -> BuildEnv:  # type: ignore[no-untyped-def]
