@@ -64,11 +64,18 @@ def cache() -> Cache:
 
 
 @pytest.fixture(scope="session")
-def cpu_smoke(engine, project_copy: ProjectPaths, cache: Cache) -> BuildResult:  # type: ignore[no-untyped-def]
-    """The cpu-smoke image, built for real from the committed lock and verify report."""
+def cpu_smoke_files(project_copy: ProjectPaths, cache: Cache) -> Cache:
+    """The cache holding every file of cpu-smoke's committed lock, fetched from the real index. A test
+    that points the index at a local one of its own needs them there first."""
     profile = load_profile(project_copy, "cpu-smoke")
     fill(profile, read_lock(project_copy.lock("cpu-smoke")), cache, quiet=True)
-    return build_image(project_copy, "cpu-smoke", cache, BuildOptions(quiet=True))
+    return cache
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke(engine, project_copy: ProjectPaths, cpu_smoke_files: Cache) -> BuildResult:  # type: ignore[no-untyped-def]
+    """The cpu-smoke image, built for real from the committed lock and verify report."""
+    return build_image(project_copy, "cpu-smoke", cpu_smoke_files, BuildOptions(quiet=True))
 
 
 def run_in(engine, image: str, command: str, stderr: bool = True, **kwargs) -> tuple[int, str]:  # type: ignore[no-untyped-def]
