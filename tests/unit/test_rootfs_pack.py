@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv.image import oci, rootfs
+from verlenv.image import oci, packcodec, rootfs
 from verlenv.image.filemanifest import merge, of_tree
 from verlenv.image.tarlayer import tree_items, write_layer
 
@@ -53,15 +53,22 @@ def _host_with(tmp_path: Path, data: bytes) -> dict[str, list[object]]:
     return rootfs.inventory([site])
 
 
-def test_pack_carries_only_what_the_host_lacks_and_apply_makes_the_image_tree(tmp_path: Path) -> None:
+MAGIC = {"zstd": b"\x28\xb5\x2f\xfd", "gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00"}
+
+
+@pytest.mark.parametrize("codec", ["zstd", "gzip", "xz"])
+def test_pack_carries_only_what_the_host_lacks_and_apply_makes_the_image_tree(tmp_path: Path, codec: str) -> None:
     layers, config, image_id, entries = _image(tmp_path)
     manifest = merge(entries)
     big = (tmp_path / "upper" / SITE / "pkg/big.so").read_bytes()
     have = _host_with(tmp_path, big)
-    bundle = rootfs.pack(manifest, layers, config, image_id, have, tmp_path / "pack", part_bytes=4096)
+    bundle = rootfs.pack(manifest, layers, config, image_id, have, tmp_path / "pack", part_bytes=512, codec=codec)
     assert [path for path, _, _ in bundle.reuse] == [f"{SITE}/pkg/big.so"]
     parts = [p for g in bundle.groups for p in g.parts]
-    assert sum(p.size for p in parts) < 100_000 and len(parts) >= 1
+    assert sum(p.size for p in parts) < 100_000 and len(parts) > 1  # a group cut into parts at any byte
+    first = (tmp_path / "pack" / parts[0].name).read_bytes()
+    assert first.startswith(MAGIC[codec]) and f".tar.{packcodec.SUFFIX[codec]}." in parts[0].name
+    assert rootfs.Bundle.from_json((tmp_path / "pack" / rootfs.MANIFEST_NAME).read_text()).codec == codec
     target = tmp_path / "tree"
     applied = rootfs.apply(tmp_path / "pack", target, have, workers=2)
     rootfs.verify_tree(target, applied)
@@ -191,3 +198,59 @@ def test_the_tree_run_takes_its_report_from_the_file_whatever_stdout_holds(tmp_p
     monkeypatch.setattr(rootfs_run, "run_in_tree", silent)
     with pytest.raises(rootfs.RootfsError, match="produced no report \\(exit 3\\)"):
         rootfs_run.accept_in_tree(tree, image, tmp_path / "scratch")  # the older run's file was removed
+
+
+def _no_zstd_program(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """PATH with the programs a pack and apply use, but not zstd."""
+    import shutil
+
+    bin_dir = tmp_path / "bin-without-zstd"
+    bin_dir.mkdir()
+    for tool in ("xz", "sh"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_zstd_parts_apply_with_the_zstandard_module_where_the_host_has_no_zstd_program(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
+    pytest.importorskip("zstandard", reason="the test extra installs it")
+    layers, config, image_id, entries = _image(tmp_path)
+    manifest = merge(entries)
+    rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "pack", part_bytes=512)  # by the program
+    _no_zstd_program(monkeypatch, tmp_path)
+    target = tmp_path / "tree"
+    rootfs.verify_tree(target, rootfs.apply(tmp_path / "pack", target, {}, workers=2))
+    again = rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "pack2", part_bytes=512)  # by the module
+    rootfs.verify_tree(tmp_path / "tree2", rootfs.apply(tmp_path / "pack2", tmp_path / "tree2", {}, workers=2))
+    assert again.codec == "zstd"
+
+
+def test_zstd_parts_on_a_host_that_cannot_read_them_fail_before_anything_is_made(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
+    layers, config, image_id, entries = _image(tmp_path)
+    rootfs.pack(merge(entries), layers, config, image_id, {}, tmp_path / "pack", part_bytes=4096)
+    _no_zstd_program(monkeypatch, tmp_path)
+    monkeypatch.setattr(packcodec, "_zstandard", lambda: None)
+    with pytest.raises(rootfs.RootfsError, match="neither the zstd program nor Python's zstandard module") as info:
+        rootfs.apply(tmp_path / "pack", tmp_path / "tree", {})
+    assert "--codec gzip" in str(info.value) and "apt-get install zstd" in str(info.value)
+    assert not (tmp_path / "tree").exists()
+
+
+def test_a_version_1_pack_is_read_as_xz_and_a_bad_level_is_refused(tmp_path: Path) -> None:
+    layers, config, image_id, entries = _image(tmp_path)
+    manifest = merge(entries)
+    rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "pack", part_bytes=4096, codec="xz")
+    meta = tmp_path / "pack" / rootfs.MANIFEST_NAME
+    data = json.loads(meta.read_text())
+    del data["codec"]
+    meta.write_text(json.dumps({**data, "version": 1}))  # what packs made before codecs were named look like
+    target = tmp_path / "tree"
+    rootfs.verify_tree(target, rootfs.apply(tmp_path / "pack", target, {}, workers=2))
+    with pytest.raises(rootfs.RootfsError, match="zstd level 22 is out of range: 1-19"):
+        rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "bad", part_bytes=4096, level=22)
+    assert not (tmp_path / "bad").exists()

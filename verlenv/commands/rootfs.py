@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,8 +15,9 @@ NAME = "rootfs"
 HELP = (
     "An image's root filesystem on a host with no container engine (HPC GPU nodes). `materialize` unpacks the "
     "image's layers from the build cache into a folder; `pack` writes only the files a target lacks (given the "
-    "target's `inventory` of installed distributions) as checked, xz-compressed parts with the image's config and "
-    "per-file manifest; `apply` (on the target, standard library only: python3 -m verlenv.image.rootfs apply ...) "
+    "target's `inventory` of installed distributions) as checked, compressed parts (zstd unless --codec says "
+    "otherwise) with the image's config and per-file manifest; `apply` (on the target, standard library only, "
+    "and the zstd program for zstd parts: python3 -m verlenv.image.rootfs apply ...) "
     "makes the tree from them; `verify` compares a tree with the image's per-file manifest (path, type, mode, "
     "owner, size, sha256) and exits 6 naming the first paths that differ."
 )
@@ -23,6 +25,7 @@ HELP = (
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     from verlenv.commands.options import add_cache_option, add_profile_option
+    from verlenv.image import packcodec
 
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     mat = sub.add_parser("materialize", help="unpack a built image's layers into DIR")
@@ -39,7 +42,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("--have", type=Path, required=True, help="the target's inventory (.json.gz)")
     pack.add_argument("--out", type=Path, required=True, help="folder for rootfs.json, files.gz and the parts")
     pack.add_argument("--part-mib", type=int, default=58, help="largest part in MiB (default 58)")
-    pack.add_argument("--xz-level", type=int, default=6, choices=range(10), metavar="0-9", help="xz preset (default 6)")
+    pack.add_argument(
+        "--codec",
+        choices=packcodec.CODECS,
+        default="zstd",
+        help="compression of the parts (default zstd: the target needs the zstd program or Python's zstandard "
+        "module; gzip needs only Python; xz is smallest and ~50x slower to pack than zstd)",
+    )
+    pack.add_argument(
+        "--level", type=int, help="the codec's level (default: zstd 3, gzip 1, xz 1; zstd 1-19, gzip 1-9, xz 0-9)"
+    )
     verify.add_argument("dir", type=Path)
     verify.add_argument("--bundle", type=Path, help="take the manifest from a pack folder instead of the cache")
     inv.add_argument("out", type=Path, help="where to write the inventory (.json.gz)")
@@ -111,9 +123,21 @@ def _pack(args: argparse.Namespace) -> dict[str, object]:
 
     image = _image(args)
     have = rootfs.read_gz_json(args.have)
-    print(f"[rootfs] packing {image.image_id[:19]} for a target holding {len(have)} files", file=sys.stderr)
+    print(
+        f"[rootfs] packing {image.image_id[:19]} for a target holding {len(have)} files, parts in {args.codec}",
+        file=sys.stderr,
+    )
+    started = time.monotonic()
     bundle = rootfs.pack(
-        image.manifest(), image.layer_paths, image.config, image.image_id, have, args.out, args.part_mib << 20
+        image.manifest(),
+        image.layer_paths,
+        image.config,
+        image.image_id,
+        have,
+        args.out,
+        args.part_mib << 20,
+        codec=args.codec,
+        level=args.level,
     )
     parts = [p for g in bundle.groups for p in g.parts]
     return {
@@ -123,8 +147,10 @@ def _pack(args: argparse.Namespace) -> dict[str, object]:
         "reused_bytes": sum(size for _, _, size in bundle.reuse),
         "carried_files": sum(g.files for g in bundle.groups),
         "carried_bytes": sum(g.bytes for g in bundle.groups),
+        "codec": bundle.codec,
         "parts": len(parts),
         "parts_bytes": sum(p.size for p in parts),
+        "seconds": round(time.monotonic() - started, 1),
     }
 
 

@@ -6,10 +6,11 @@ image still has to run there, in its own filesystem. Two ways in:
 * `materialize`: unpack the image's layer tars in order (what an engine does).
 * a *rootfs bundle*: `pack` writes the image's files that the target does not already hold (by
   sha256, from an inventory of the target's installed distributions, whose RECORDs list a sha256
-  for every file) as xz-compressed tar groups cut into parts, plus `rootfs.json` with the image's
-  config and per-file manifest. `apply` (standard library only: it runs under the target's own
-  Python) checks every part, unpacks them, copies the reused files from where the target has them,
-  checking each one's sha256, and sets modes and owners as the image has them.
+  for every file) as compressed tar groups (zstd by default: `packcodec`) cut into parts, plus
+  `rootfs.json` with the image's config and per-file manifest. `apply` (standard library only: it
+  runs under the target's own Python) checks every part, unpacks them, copies the reused files from
+  where the target has them, checking each one's sha256, and sets modes and owners as the image has
+  them.
 
 Either way, `verify_tree` compares the tree with the image's per-file manifest (path, type, mode,
 owner, size, sha256): only a tree that matches may carry the image's ID into an acceptance report.
@@ -22,10 +23,8 @@ import gzip
 import hashlib
 import io
 import json
-import lzma
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,14 +32,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from verlenv.image import packcodec
 from verlenv.image.filemanifest import FileManifest, differences, of_tree
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry
 
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: the codec is named (version 1 packs were xz)
 MANIFEST_NAME = "rootfs.json"
 CHUNK = 1 << 20
 REUSE_MIN_BYTES = 64 << 10  # smaller files travel: not worth a lookup on the target
-GROUP_BYTES = 384 << 20  # uncompressed bytes per xz stream: groups unpack in parallel on the target
+GROUP_BYTES = 384 << 20  # uncompressed bytes per compressed stream: groups unpack in parallel on the target
 
 
 class RootfsError(Exception):
@@ -112,6 +112,7 @@ class Bundle:
     config: str  # the image config, exactly as its ID was computed from
     groups: tuple[Group, ...]
     reuse: tuple[tuple[str, str, int], ...]  # (path in the image, sha256, size) the target supplies
+    codec: str = "zstd"
 
     def to_json(self) -> str:
         data = {"version": BUNDLE_VERSION, **asdict(self)}
@@ -120,13 +121,16 @@ class Bundle:
     @classmethod
     def from_json(cls, text: str) -> Bundle:
         data = json.loads(text)
-        if data.get("version") != BUNDLE_VERSION:
-            raise RootfsError(f"rootfs bundle version {data.get('version')!r}; this verlenv reads {BUNDLE_VERSION}")
+        if data.get("version") not in (1, BUNDLE_VERSION):
+            raise RootfsError(
+                f"rootfs bundle version {data.get('version')!r}; this verlenv reads 1 and {BUNDLE_VERSION}"
+            )
         groups = tuple(
             Group(g["name"], tuple(Part(**p) for p in g["parts"]), g["files"], g["bytes"]) for g in data["groups"]
         )
         reuse = tuple((p, s, int(n)) for p, s, n in data["reuse"])
-        return cls(data["image_id"], data["files_sha256"], data["config"], groups, reuse)
+        codec = data.get("codec", "xz")
+        return cls(data["image_id"], data["files_sha256"], data["config"], groups, reuse, codec)
 
 
 def pack(
@@ -137,7 +141,8 @@ def pack(
     have: dict[str, list[object]],
     out: Path,
     part_bytes: int,
-    level: int = 6,
+    codec: str = "zstd",
+    level: int | None = None,
     keep: Path | None = None,
 ) -> Bundle:
     """Write the files of ``manifest`` that ``have`` (the target's inventory) lacks into ``out``.
@@ -145,6 +150,11 @@ def pack(
     Files are grouped by the layer they come from, so a group's content (and, in ``keep``, its
     compressed parts) stays the same when another layer changes: packing again after a change to one
     layer compresses only that layer's groups."""
+    level = packcodec.DEFAULT_LEVEL.get(codec, 0) if level is None else level
+    try:
+        packcodec.check_level(codec, level)
+    except packcodec.CodecError as exc:
+        raise RootfsError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     reuse = tuple(
         (e.path, e.sha256, e.size) for e in manifest.entries if e.kind == FILE and e.size and e.sha256 in have
@@ -155,8 +165,8 @@ def pack(
     groups = []
     for index, members in enumerate(_grouped(carried, sources, layers)):
         name = f"g{index:03d}"
-        groups.append(_kept_group(name, members, sources, out, part_bytes, level, keep))
-    bundle = Bundle(image_id, manifest.sha256, config.decode(), tuple(groups), reuse)
+        groups.append(_kept_group(name, members, sources, out, part_bytes, (codec, level), keep))
+    bundle = Bundle(image_id, manifest.sha256, config.decode(), tuple(groups), reuse, codec)
     (out / MANIFEST_NAME).write_text(bundle.to_json())
     _write_manifest(manifest, out)
     return bundle
@@ -207,38 +217,47 @@ def _kept_group(
     sources: dict[str, tuple[Path, int, int]],
     out: Path,
     part_bytes: int,
-    level: int,
+    how: tuple[str, int],
     keep: Path | None,
 ) -> Group:
     """The group's parts, from ``keep`` when the same files were compressed the same way before."""
     if keep is None:
-        return _write_group(name, members, sources, out, part_bytes, level)
+        return _write_group(name, members, sources, out, part_bytes, how)
     key = hashlib.sha256(
-        json.dumps([level, part_bytes, [(e.path, e.sha256, e.size, e.mode) for e in members]]).encode()
+        json.dumps([list(how), part_bytes, [(e.path, e.sha256, e.size, e.mode) for e in members]]).encode()
     ).hexdigest()
     folder = keep / key
     if not (folder / "group.json").is_file():
         staging = keep / f".{key}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        made = _write_group("kept", members, sources, staging, part_bytes, level)
+        made = _write_group("kept", members, sources, staging, part_bytes, how)
         (staging / "group.json").write_text(json.dumps(asdict(made)))
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
     data = json.loads((folder / "group.json").read_text())
     parts = []
     for index, part in enumerate(data["parts"]):
-        target = out / f"{name}.tar.xz.{index:03d}"
+        target = out / f"{name}.tar.{packcodec.SUFFIX[how[0]]}.{index:03d}"
         shutil.copyfile(folder / part["name"], target)
         parts.append(Part(target.name, part["sha256"], part["size"]))
     return Group(name, tuple(parts), data["files"], data["bytes"])
 
 
 def _write_group(
-    name: str, members: list[Entry], sources: dict[str, tuple[Path, int, int]], out: Path, part_bytes: int, level: int
+    name: str,
+    members: list[Entry],
+    sources: dict[str, tuple[Path, int, int]],
+    out: Path,
+    part_bytes: int,
+    how: tuple[str, int],
 ) -> Group:
-    stream = out / f"{name}.tar.xz"
-    with _xz_writer(stream, level) as sink, tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    codec, level = how
+    stream = out / f"{name}.tar.{packcodec.SUFFIX[codec]}"
+    with (
+        packcodec.writer(codec, stream, level) as sink,
+        tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for entry in members:
             layer, offset, size = sources[entry.path]
             info = tarfile.TarInfo(entry.path)
@@ -259,33 +278,6 @@ class _Limited(io.RawIOBase):
         data = self.handle.read(want)
         self.left -= len(data)
         return data
-
-
-class _xz_writer:
-    """A file-like sink compressing through `xz -T0` when the host has it (all cores), lzma otherwise."""
-
-    def __init__(self, target: Path, level: int = 6) -> None:
-        self.target, self.level = target, level
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.file: io.BufferedWriter | lzma.LZMAFile | None = None
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        if shutil.which("xz"):
-            handle = self.target.open("wb")
-            self.proc = subprocess.Popen(["xz", "-T0", f"-{self.level}", "-c"], stdin=subprocess.PIPE, stdout=handle)
-            handle.close()
-            return self.proc.stdin
-        self.file = lzma.open(self.target, "wb", preset=self.level)
-        return self.file
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            if self.proc.wait() != 0:
-                raise RootfsError(f"xz failed writing {self.target}")
-        elif self.file is not None:
-            self.file.close()
 
 
 def _split(stream: Path, part_bytes: int) -> tuple[Part, ...]:
@@ -311,10 +303,15 @@ def apply(bundle_dir: Path, target: Path, have: dict[str, list[object]], workers
     if manifest.sha256 != bundle.files_sha256:
         raise RootfsError(f"{bundle_dir}/files.gz is not the manifest {bundle.files_sha256} the bundle names")
     _check_parts(bundle, bundle_dir)
+    try:
+        packcodec.check_readable(bundle.codec)
+    except packcodec.CodecError as exc:
+        raise RootfsError(str(exc)) from None
     target.mkdir(parents=True, exist_ok=True)
     _make_dirs(manifest, target)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(_unpack_group, [bundle_dir] * len(bundle.groups), bundle.groups, [target] * len(bundle.groups)))
+        count = len(bundle.groups)
+        list(pool.map(_unpack_group, [bundle_dir] * count, bundle.groups, [target] * count, [bundle.codec] * count))
     _reuse(bundle, have, target)
     _links_and_modes(manifest, target)
     return manifest
@@ -344,31 +341,9 @@ def _make_dirs(manifest: FileManifest, target: Path) -> None:
             (target / entry.path).mkdir(parents=True, exist_ok=True)
 
 
-class _Joined(io.RawIOBase):
-    """The parts of one group read back as one stream."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths, self.handle = list(paths), None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
-        while True:
-            if self.handle is None:
-                if not self.paths:
-                    return 0
-                self.handle = self.paths.pop(0).open("rb")
-            count = self.handle.readinto(buffer)
-            if count:
-                return count
-            self.handle.close()
-            self.handle = None
-
-
-def _unpack_group(bundle_dir: Path, group: Group, target: Path) -> None:
-    joined = io.BufferedReader(_Joined([bundle_dir / p.name for p in group.parts]), CHUNK)
-    with lzma.open(joined) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+def _unpack_group(bundle_dir: Path, group: Group, target: Path, codec: str) -> None:
+    parts = [bundle_dir / p.name for p in group.parts]
+    with packcodec.reader(codec, parts) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             if not member.isreg() or member.name.startswith(("/", "..")) or "/../" in member.name:
                 raise RootfsError(f"{group.name}: unexpected member {member.name!r}")
