@@ -39,6 +39,22 @@ bwrap_from_deb() {  # bubblewrap, carried as Debian's .deb (depends on libc6, li
   if [ -x /root/bwrap/usr/bin/bwrap ]; then export VERLENV_BWRAP=/root/bwrap/usr/bin/bwrap; fi
 }
 
+zstd_from_deb() {  # zstd, for packs in zstd (the default), where the host has no zstd program: Debian's
+  # zstd and libzstd1 .debs carried in .carry/tools (`apt-get download zstd libzstd1` here)
+  command -v zstd > /dev/null && return 0
+  local deb
+  for deb in "$repo"/.carry/tools/zstd_*.deb "$repo"/.carry/tools/libzstd1_*.deb; do
+    if [ -f "$deb" ]; then dpkg -x "$deb" /root/zstd; fi
+  done
+  if [ -x /root/zstd/usr/bin/zstd ]; then
+    mkdir -p /root/zstd/bin
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=/root/zstd/usr/lib/x86_64-linux-gnu exec /root/zstd/usr/bin/zstd "$@"\n' \
+      > /root/zstd/bin/zstd
+    chmod +x /root/zstd/bin/zstd
+    export PATH=/root/zstd/bin:$PATH
+  fi
+}
+
 accept() {  # NAME SUITE-ARGS...: the suite in the tree, report and log kept under OUT
   local name=$1 scratch=${SCRATCH:-/root/scratch/$1} code=0; shift
   verlenv accept-image --rootfs "$tree" --bundle "$stash" --scratch "$scratch" \
@@ -53,6 +69,9 @@ probe)
   python3 -m verlenv.image.rootfs inventory "$out/inventory.json.gz"
   bwrap_from_deb
   if "${VERLENV_BWRAP:-bwrap}" --ro-bind / / true; then echo "bwrap ok" >> "$out/probe.txt"; fi
+  zstd_from_deb
+  { command -v zstd && zstd --version; python3 -c 'import zstandard' && echo "zstandard module ok"; } \
+    >> "$out/probe.txt" 2>&1 || true
   ;;
 stash)
   mkdir -p "$stash"
@@ -61,6 +80,7 @@ stash)
   ;;
 apply)
   bwrap_from_deb
+  zstd_from_deb
   start=$(date +%s)
   # shellcheck disable=SC2086
   python3 -m verlenv.image.rootfs inventory /root/inventory.json.gz ${VERLENV_TREES:-}
