@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -48,21 +49,39 @@ def _pip_index_url() -> str:
     probe = subprocess.run([*pip, "config", "get", "global.index-url"], capture_output=True, text=True, check=False)
     if probe.returncode == 0 and probe.stdout.strip():
         return probe.stdout.strip()
-    python = pip[0] if len(pip) > 1 else _shebang(Path(pip[0]))
-    default = subprocess.run(
-        [python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
-        capture_output=True,
-        text=True,
-        check=False,
+    for python in _pythons_of(pip):
+        default = subprocess.run(
+            [python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if default.returncode == 0 and default.stdout.strip():
+            return default.stdout.strip()
+    raise ResolutionError(
+        f"no package index configured, and no Python with pip found to ask for its default (pip: {' '.join(pip)})",
+        hint="set VERLENV_INDEX_URL (or PIP_INDEX_URL)",
     )
-    if default.returncode == 0 and default.stdout.strip():
-        return default.stdout.strip()
-    raise ResolutionError("no package index configured", hint="set VERLENV_INDEX_URL (or PIP_INDEX_URL)")
+
+
+def _pythons_of(pip: list[str]) -> list[str]:
+    """Interpreters that may hold ``pip``'s own package. A pip found on PATH can be a shell script
+    (pyenv's shim starts `#!/usr/bin/env bash`; run from a uv venv without pip, verlenv found that one
+    and gave up), so python3 on PATH is tried after the script's own interpreter."""
+    if len(pip) > 1:
+        return [pip[0]]
+    found = [_shebang(Path(pip[0])), shutil.which("python3") or ""]
+    return [p for p in dict.fromkeys(found) if p and Path(p).name.startswith("python")]
 
 
 def _shebang(script: Path) -> str:
     first = script.read_text(errors="replace").splitlines()[0] if script.exists() else ""
-    return first[2:].strip().split()[0] if first.startswith("#!") else sys.executable
+    if not first.startswith("#!"):
+        return sys.executable
+    words = first[2:].split()
+    if len(words) > 1 and Path(words[0]).name == "env":  # #!/usr/bin/env python3
+        return shutil.which(words[-1]) or words[-1]
+    return words[0] if words else sys.executable
 
 
 class _Anchors(HTMLParser):
