@@ -4,8 +4,8 @@ nvcc hands gcc its host code as `tmpxft_<nvcc's PID, 8 hex digits>_00000000-6_<s
 gcc writes that name into the object's symbol table (the STT_FILE symbol and
 `_GLOBAL__sub_I_tmpxft_…`). Two compiles of a small kernel differ in those bytes only. Zeroing
 the PID field keeps every length and offset, and a link of equal objects is equal. cudafe++ also writes
-its own PID, in decimal, into internal-linkage names (`…_cu_57d06cbc_<pid>…`): a length that varies, not
-rewritten here (flash-attn, 2026-12-05).
+its own PID, in decimal, into internal-linkage names (`…_cu_57d06cbc_<pid>…`): a length that varies, so it
+is not rewritten here but fixed before the compile, by the preloaded getpid in pidpin.c.
 
 This file runs on its own (standard library only): the build recipe hands its text to the build
 environment's Python, in a container here or in the image's tree on another host.
