@@ -151,7 +151,7 @@ for k, v in sorted(json.load(open(sys.argv[1]))["env"].items()): print(f"--env={
   command=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["command"])' "$recipe")
   date +%s > "$ext/started"
   setsid nohup python3 -m verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/ext --no-verify \
-    --bind "$ext:/build" "${envs[@]}" -- bash -c "$command > /build/build.log 2>&1; echo \$? > /build/exit" \
+    --bind "$ext:/build" "${envs[@]}" -- bash -c "{ $command; } > /build/build.log 2>&1; echo \$? > /build/exit" \
     > "$ext/run.log" 2>&1 < /dev/null &
   echo $! > "$ext/pid"
   sleep 20; tail -n 3 "$ext/build.log" "$ext/run.log"
