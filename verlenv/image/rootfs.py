@@ -302,11 +302,11 @@ def apply(bundle_dir: Path, target: Path, have: dict[str, list[object]], workers
     manifest = FileManifest.read(bundle_dir / "files.gz")
     if manifest.sha256 != bundle.files_sha256:
         raise RootfsError(f"{bundle_dir}/files.gz is not the manifest {bundle.files_sha256} the bundle names")
-    _check_parts(bundle, bundle_dir)
-    try:
+    try:  # before the parts are hashed: that reads every byte carried
         packcodec.check_readable(bundle.codec)
     except packcodec.CodecError as exc:
         raise RootfsError(str(exc)) from None
+    _check_parts(bundle, bundle_dir)
     target.mkdir(parents=True, exist_ok=True)
     _make_dirs(manifest, target)
     with ProcessPoolExecutor(max_workers=workers) as pool:
