@@ -153,3 +153,81 @@ def test_a_build_resumes_from_its_object_files(engine, cpu_smoke, cache: Cache, 
     # the objects were normalized, then linked and packed again from them (a C++ object has no nvcc PID)
     assert "[objnorm] 0 of " in text and " -shared " in text.split("[objnorm]", 1)[1], text[-2000:]
     assert "bind.cpp" not in text.split("running build_ext", 1)[-1] or "no work to do" in text.lower(), text[-2000:]
+
+
+def _rewritten(wheel: Path, out: Path, path: str, text: bytes) -> Path:
+    """A copy of ``wheel`` whose file ``path`` holds ``text``, its RECORD line updated: what a build
+    that compiled differently would have packed."""
+    import base64
+    import hashlib
+    import zipfile
+
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text).digest()).rstrip(b"=").decode()
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / wheel.name
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as copy:
+        for info in source.infolist():
+            data = text if info.filename == path else source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = [
+                    f"{path},sha256={digest},{len(text)}" if line.startswith(f"{path},") else line
+                    for line in data.decode().splitlines()
+                ]
+                data = ("\n".join(lines) + "\n").encode()
+            copy.writestr(info, data)
+    return target
+
+
+def test_a_wheel_built_elsewhere_is_checked_against_the_record_then_used_without_compiling(  # type: ignore[no-untyped-def]
+    engine, variant, private: Cache, tmp_path: Path, capsys
+) -> None:
+    cache = private
+    paths, _ = variant
+    _forget_builds(cache)
+    first = build_image(paths, "cpu-smoke", cache, BuildOptions(quiet=True))
+    record_file = builtrecord.builds_path(paths, "cpu-smoke")
+    record = builtrecord.read(record_file)["verlenv-probe-ext"]
+    carried = tmp_path / "carried" / record.wheel  # as a wheel comes back from a GPU host
+    carried.parent.mkdir()
+    shutil.copyfile(cache.root / "built-ext" / record.key / record.wheel, carried)
+    own_envs = {"label": "io.verlenv.build-env=cpu-smoke"}
+    build = ["build", "--profile", "cpu-smoke", "--cache", str(cache.root), "--no-record"]
+
+    def forget() -> None:
+        _forget_builds(cache)
+        for image in engine.images.list(filters=own_envs):
+            engine.images.remove(image.id, force=True)
+
+    # one file inside differs from the record: refused with that file named, nothing kept or recorded
+    forget()
+    other = _rewritten(carried, tmp_path / "other", "verlenv_probe_ext/__init__.py", b"# built some other way\n")
+    capsys.readouterr()
+    assert main([*build, "-q", "--ext-wheel", str(other)]) == 6
+    err = capsys.readouterr().err
+    assert str(other) in err and "verlenv_probe_ext/__init__.py" in err and record.wheel_sha256[:16] in err, err
+    assert not any((cache.root / "built-ext").glob("*/*.whl"))
+    assert builtrecord.read(record_file)["verlenv-probe-ext"] == record
+
+    # not a wheel of anything the profile builds: a usage error naming the file and what is declared
+    stray = tmp_path / "stray" / "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"
+    stray.parent.mkdir()
+    shutil.copyfile(carried, stray)
+    assert main([*build, "-q", "--ext-wheel", str(stray)]) == 2
+    err = capsys.readouterr().err
+    assert str(stray) in err and "verlenv-probe-ext==0.1" in err, err
+
+    # the wheel as built: it matches the record, and the build uses it with no build environment
+    assert main([*build, "--json", "--ext-wheel", str(carried)]) == 0
+    out, err = capsys.readouterr()
+    assert "matches the record" in err, err
+    assert json.loads(out)["build"]["image_id"] == first.image_id
+    assert engine.images.list(filters=own_envs) == []
+    assert builtrecord.read(record_file)["verlenv-probe-ext"] == record
+    assert carried.is_file()  # adopting copies: the given file stays
+
+    # no record of these inputs yet: the wheel is recorded as built, its files listed
+    record_file.unlink()
+    forget()
+    assert main([*build, "-q", "--ext-wheel", str(carried)]) == 0
+    again = builtrecord.read(record_file)["verlenv-probe-ext"]
+    assert again.wheel_sha256 == record.wheel_sha256 and again.files == record.files and again.key == record.key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from verlenv.commands.options import add_cache_option, add_profile_option, cache_of, profile_of
 from verlenv.image.build import BuildOptions, build_image, summary
@@ -38,6 +39,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not write lockfiles/NAME.image.json when the inputs changed (it is still checked)",
     )
+    parser.add_argument(
+        "--ext-wheel",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="WHEEL",
+        help="a wheel of a declared extension (flash-attn) built elsewhere from this profile's recipe, e.g. "
+        "in the image's tree on a GPU host with more cores (benchmarks/h200_image.sh extbuild); it must match "
+        "lockfiles/NAME.builds.json's record for these inputs (exit 6 otherwise, naming the files that differ), "
+        "or is recorded where there is none, and is then used instead of compiling (repeatable)",
+    )
     parser.add_argument("--tag", action="append", default=[], help="extra tag (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-q", "--quiet", action="store_true", help="no build log, only the summary (CI)")
@@ -53,6 +65,7 @@ def execute(args: argparse.Namespace) -> int:
         extra_tags=tuple(args.tag),
         expect=args.expect,
         record=not args.no_record,
+        ext_wheels=tuple(args.ext_wheel),
     )
     result = build_image(paths, name, cache_of(args), options)
     if args.json:

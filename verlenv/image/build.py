@@ -37,7 +37,7 @@ from verlenv.image.services import ensure_engine
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry, Item, write_layer
 from verlenv.lock.lockfile import Lock
 from verlenv.paths import ProjectPaths
-from verlenv.profiles.profile import Profile
+from verlenv.profiles.profile import ExtensionBuild, Profile
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache, sha256_of
 from verlenv.wheels.sdists import as_wheels
@@ -61,6 +61,7 @@ class BuildOptions:
     extra_tags: tuple[str, ...] = ()
     expect: str = ""  # sha256:... the image must come out as (a published image, re-derived)
     record: bool = True  # write lockfiles/NAME.image.json when its inputs changed
+    ext_wheels: tuple[Path, ...] = ()  # declared extensions' wheels built elsewhere, checked and kept
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
         client, base.reference, base.layer.diff_id, pip, epoch, store, options.nocache, _reporter(options.quiet)
     )
     env = _env(profile, files, epoch)
+    if options.ext_wheels:
+        _adopt(paths, profile, files, base, dict(env), cache, options)
     if profile.builds:  # a cached built wheel installs with its layer's first pass, not after the others
         files = _cached_builds(profile, files, base, dict(env), cache)
     with Preloader(client, profile.name, epoch) as preloader:
@@ -309,6 +312,53 @@ def _cached_builds(
         found = None if build is None or house.is_wheel else extbuild.cached_wheel(build, house, probe, cache)
         swapped.append(found or house)
     return swapped
+
+
+def _adopt(
+    paths: ProjectPaths,
+    profile: Profile,
+    files: list[HouseFile],
+    base: BaseImage,
+    env: dict[str, str],
+    cache: Cache,
+    options: BuildOptions,
+) -> None:
+    """--ext-wheel: wheels of declared extensions built elsewhere from the same recipe (benchmarks/
+    h200_image.sh extbuild), checked against lockfiles/NAME.builds.json and kept as if built here."""
+    from verlenv.image import extbuild
+    from verlenv.wheels.builtrecord import builds_path
+
+    env_here = extbuild.BuildEnv("", env, _build_inputs(files, base))
+    sdists = {h.name: h for h in files if not h.is_wheel}
+    for wheel in options.ext_wheels:
+        build = _declared_build_of(profile, wheel)
+        sdist = sdists.get(build.name)
+        if sdist is None:
+            raise ConfigError(f"{wheel}: {profile.name} locks no sdist of {build.pin}", hint="verlenv lock first")
+        outcome = extbuild.adopt(build, sdist, env_here, cache, builds_path(paths, profile.name), wheel)
+        _say(f"{wheel.name}: {outcome}; kept for {build.pin}", False)  # even with -q/--json: a trust decision
+
+
+def _declared_build_of(profile: Profile, wheel: Path) -> ExtensionBuild:
+    """The declared build ``wheel`` is a wheel of, for this profile's Python: else a clear refusal."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    if not wheel.is_file():
+        raise ConfigError(f"--ext-wheel {wheel}: no such file")
+    try:
+        name, version, _, tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise ConfigError(f"--ext-wheel {wheel}: not a wheel's file name ({exc})") from None
+    build = profile.build_of(name)
+    declared = ", ".join(b.pin for b in profile.builds) or "none"
+    if build is None or str(version) != build.version:
+        raise ConfigError(
+            f"--ext-wheel {wheel}: {name}=={version} is not an extension {profile.name} builds (declared: {declared})"
+        )
+    python = "cp" + profile.python.replace(".", "")
+    if not any(t.interpreter in (python, "py3") for t in tags):
+        raise ConfigError(f"--ext-wheel {wheel}: not a wheel for {python}, the Python of {profile.name}")
+    return build
 
 
 def _extensions(

@@ -23,7 +23,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from verlenv.errors import CheckFailed, IntegrityError
@@ -74,20 +74,46 @@ def built_wheel(
     if found is not None:
         return found
     key = key_of(build, sdist, env)
-    recorded = builtrecord.read(record_file).get(build.name)
-    folder = cache.root / "built-ext" / key
     wheel, seconds, used = _build(client, build, sdist, env, cache, key, quiet)
-    result = _describe(build, sdist, env, key, wheel, seconds, used)
-    if recorded and recorded.key == key and recorded.wheel_sha256 != result.wheel_sha256:
+    return _keep(_describe(build, sdist, env, key, wheel, seconds, used), wheel, cache, record_file)
+
+
+def adopt(build: ExtensionBuild, sdist: HouseFile, env: BuildEnv, cache: Cache, record_file: Path, wheel: Path) -> str:
+    """Keep a wheel of ``build`` made elsewhere from the same recipe (in the image's tree on a host with
+    more cores) as if built here: checked against the record of these inputs, which it must match, or
+    recorded when there is none. Says which."""
+    key = key_of(build, sdist, env)
+    recorded = builtrecord.read(record_file).get(build.name)
+    described = _describe(build, sdist, env, key, wheel, 0.0, 0)
+    if recorded and recorded.key == key:  # keep the record's own build time and job count
+        described = replace(described, seconds=recorded.seconds, jobs=recorded.jobs)
+    try:
+        _keep(described, wheel, cache, record_file)
+    except IntegrityError as exc:
+        raise IntegrityError(
+            f"{wheel}: {exc.message}",
+            hint="it was not built as these inputs build it: build it here (without --ext-wheel), or rebuild it "
+            "there from benchmarks/ext_recipe.py's recipe",
+        ) from None
+    return "matches the record" if described == recorded else "recorded (no record of these inputs before)"
+
+
+def _keep(result: BuiltWheel, wheel: Path, cache: Cache, record_file: Path) -> HouseFile:
+    """Check ``wheel`` against the record of its inputs, keep it in the cache by its key (and by its
+    sha256, where verify finds it) and record it. A wheel that differs from the record keeps nothing."""
+    recorded = builtrecord.read(record_file).get(result.name)
+    if recorded and recorded.key == result.key and recorded.wheel_sha256 != result.wheel_sha256:
         raise IntegrityError(_differences(recorded, result), hint="the same inputs must give the same wheel")
+    folder = cache.root / "built-ext" / result.key
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / wheel.name
-    shutil.move(str(wheel), target)
-    stored = cache.store(_copy(target, cache), result.wheel_sha256, target.name)  # verify finds it by sha256
-    records = builtrecord.read(record_file)
-    records[build.name] = result
-    builtrecord.write(record_file, records)
-    return HouseFile(build.name, build.version, target.name, result.wheel_sha256, stored)
+    target = folder / result.wheel
+    _copy(wheel, cache).replace(target)  # a copy: an adopted wheel stays where it was given
+    stored = cache.store(_copy(target, cache), result.wheel_sha256, target.name)
+    if recorded != result:
+        records = builtrecord.read(record_file)
+        records[result.name] = result
+        builtrecord.write(record_file, records)
+    return HouseFile(result.name, result.version, target.name, result.wheel_sha256, stored)
 
 
 def cached_wheel(build: ExtensionBuild, sdist: HouseFile, env: BuildEnv, cache: Cache) -> HouseFile | None:
