@@ -6,6 +6,7 @@
 #   probe   OUT          what the host has (inventory of its installed distributions), bwrap, driver
 #   stash   DIR          copy one carried piece of the pack to /root/stash
 #   apply   OUT          make /root/tree from the pack and the host's own files; prove it; doctor in it
+#                        (not with APPLY_DOCTOR=0)
 #   start   OUT          start `all` in the background (its own session: it outlives the call)
 #   wait    OUT          wait (at most 9.5 min) until `all` has finished; print what has
 #   collect OUT          pack the results into OUT/results.tar.gz
@@ -86,6 +87,7 @@ apply)
   python3 -m verlenv.image.rootfs inventory /root/inventory.json.gz ${VERLENV_TREES:-}
   python3 -m verlenv.image.rootfs apply "$stash" "$tree" /root/inventory.json.gz | tee "$out/apply.txt"
   echo "apply+prove: $(( $(date +%s) - start )) s" | tee -a "$out/apply.txt"
+  [ "${APPLY_DOCTOR:-1}" = 1 ] || exit 0  # APPLY_DOCTOR=0: a build environment, where doctor has nothing to say
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/doctor --no-verify -- \
     verlenv doctor --json > "$out/doctor.json" 2> "$out/doctor.err" || true
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/doctor --no-verify -- \
