@@ -88,3 +88,34 @@ def test_a_different_rebuild_names_the_files_that_differ(tmp_path: Path) -> None
 
     text = _differences(built(first, "1" * 64), built(second, "2" * 64))
     assert "x/_C.so" in text and "x/__init__.py" not in text
+
+
+def test_an_ext_wheel_must_be_a_declared_build_for_the_profiles_python(repo_paths, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from verlenv.errors import ConfigError
+    from verlenv.image.build import _declared_build_of
+    from verlenv.profiles.profile import load_profile
+
+    profile = load_profile(repo_paths, "verl0.9.1-vllm0.24.0-torch2.11.0-cu130")  # flash-attn 2.8.3, Python 3.11
+
+    def wheel(name: str) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"PK")
+        return path
+
+    assert (
+        _declared_build_of(profile, wheel("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl")).pin == "flash-attn==2.8.3"
+    )
+    refused = {
+        "flash_attn-2.8.2-cp311-cp311-linux_x86_64.whl": "not an extension",  # another version
+        "xformers-0.0.33-cp311-cp311-linux_x86_64.whl": "(declared: flash-attn==2.8.3)",
+        "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl": "not a wheel for cp311",
+        "flash_attn-2.8.3.tar.gz": "not a wheel's file name",
+    }
+    for name, says in refused.items():
+        with pytest.raises(ConfigError) as info:
+            _declared_build_of(profile, wheel(name))
+        assert name in info.value.message and says in info.value.message, info.value.message
+    with pytest.raises(ConfigError, match="no such file"):
+        _declared_build_of(profile, tmp_path / "gone-1.0-py3-none-any.whl")
