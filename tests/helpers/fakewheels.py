@@ -104,7 +104,8 @@ def build_wheel(dest: Path, name: str, version: str, files: dict[str, bytes], re
         f"{dist_info}/METADATA": meta.encode(),
         f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
     }
-    record = "".join(f"{p},sha256={_b64(d)},{len(d)}\n" for p, d in entries.items()) + f"{dist_info}/RECORD,,\n"
+    lines = "".join(f"{p},sha256={record_digest(d)},{len(d)}\n" for p, d in entries.items())
+    record = lines + f"{dist_info}/RECORD,,\n"
     entries[f"{dist_info}/RECORD"] = record.encode()
     path = dest / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -113,7 +114,8 @@ def build_wheel(dest: Path, name: str, version: str, files: dict[str, bytes], re
     return path
 
 
-def _b64(data: bytes) -> str:
+def record_digest(data: bytes) -> str:
+    """A file's digest as a wheel's RECORD writes it (urlsafe base64 of its sha256, no padding)."""
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 

@@ -158,11 +158,11 @@ def test_a_build_resumes_from_its_object_files(engine, cpu_smoke, cache: Cache, 
 def _rewritten(wheel: Path, out: Path, path: str, text: bytes) -> Path:
     """A copy of ``wheel`` whose file ``path`` holds ``text``, its RECORD line updated: what a build
     that compiled differently would have packed."""
-    import base64
-    import hashlib
     import zipfile
 
-    digest = base64.urlsafe_b64encode(hashlib.sha256(text).digest()).rstrip(b"=").decode()
+    from tests.helpers.fakewheels import record_digest
+
+    digest = record_digest(text)
     out.mkdir(parents=True, exist_ok=True)
     target = out / wheel.name
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as copy:

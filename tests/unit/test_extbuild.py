@@ -5,6 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from tests.helpers.fakewheels import record_digest
 from verlenv.image.extbuild import BuildEnv, _differences, _failure, _first_error, jobs, key_of, wheel_files
 from verlenv.profiles.profile import ExtensionBuild
 from verlenv.wheels.builtrecord import BuiltWheel
@@ -60,15 +61,12 @@ def test_compiler_errors_without_ninja_are_found_too() -> None:
 
 
 def _wheel(where: Path, files: dict[str, bytes]) -> Path:
-    import base64
-    import hashlib
-
     path = where / "x-1-cp311-cp311-linux_x86_64.whl"
     record = ""
     with zipfile.ZipFile(path, "w") as archive:
         for name, data in files.items():
             archive.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            digest = record_digest(data)
             record += f"{name},sha256={digest},{len(data)}\n"
         archive.writestr("x-1.dist-info/RECORD", record + "x-1.dist-info/RECORD,,\n")
     return path

@@ -3,7 +3,6 @@ every part and reused file is checked, and the result is the image's tree, owner
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 import json
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.fakewheels import record_digest
 from verlenv.image import oci, packcodec, rootfs
 from verlenv.image.filemanifest import merge, of_tree
 from verlenv.image.tarlayer import tree_items, write_layer
@@ -47,7 +47,7 @@ def _host_with(tmp_path: Path, data: bytes) -> dict[str, list[object]]:
     site = tmp_path / "host-site"
     (site / "pkg").mkdir(parents=True)
     (site / "pkg/big.so").write_bytes(data)
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    digest = record_digest(data)
     (site / "pkg-1.dist-info").mkdir()
     (site / "pkg-1.dist-info/RECORD").write_text(f"pkg/big.so,sha256={digest},{len(data)}\npkg-1.dist-info/RECORD,,\n")
     return rootfs.inventory([site])
@@ -153,7 +153,7 @@ def test_the_inventory_leaves_out_a_file_edited_after_install_and_adds_trees_mad
     lines = []
     for name, data in (("kept.bin", kept), ("edited.bin", edited)):
         (site / name).write_bytes(data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        digest = record_digest(data)
         lines.append(f"{name},sha256={digest},{len(data)}")
     (site / "pkg-1.0.dist-info/RECORD").write_text("\n".join(lines) + "\n")
     (site / "edited.bin").write_bytes(edited[:-1] + b"x")
