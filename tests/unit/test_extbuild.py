@@ -117,3 +117,39 @@ def test_an_ext_wheel_must_be_a_declared_build_for_the_profiles_python(repo_path
         assert name in info.value.message and says in info.value.message, info.value.message
     with pytest.raises(ConfigError, match="no such file"):
         _declared_build_of(profile, tmp_path / "gone-1.0-py3-none-any.whl")
+
+
+def test_verify_checks_a_recorded_wheel_only_when_it_is_the_declared_build(repo_paths, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A record for sm_90 is not the wheel of a profile that now declares sm_80, sm_90 and sm_100."""
+    from dataclasses import replace
+
+    from verlenv.paths import ProjectPaths
+    from verlenv.profiles.profile import load_profile
+    from verlenv.verify.report import _with_built
+    from verlenv.wheels import builtrecord
+    from verlenv.wheels.cache import Cache, sha256_of
+    from verlenv.wheels.wheelhouse import HouseFile, Wheelhouse
+
+    profile = load_profile(repo_paths, "verl0.9.1-vllm0.24.0-torch2.11.0-cu130")
+    build = profile.build_of("flash-attn")
+    assert build is not None and build.cuda_archs == ("90",)
+    cache, sdist, wheel = Cache(tmp_path / "cache"), tmp_path / "flash_attn-2.8.3.tar.gz", tmp_path / "w.whl"
+    sdist.write_bytes(b"the sdist")
+    wheel.write_bytes(b"the sm_90 wheel")
+    wheel_sha = sha256_of(wheel)
+    cache.store(wheel, wheel_sha, "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl")
+    paths = ProjectPaths(tmp_path)
+    paths.lockfiles.mkdir()
+    env = [f"{k}={v}" for k, v in build.env]
+    record = BuiltWheel("flash-attn", "2.8.3", sha256_of(sdist), "k", "flash_attn.whl", wheel_sha, ["90"], env, {})
+    builtrecord.write(builtrecord.builds_path(paths, profile.name), {"flash-attn": record})
+    house = Wheelhouse((HouseFile("flash-attn", "2.8.3", sdist.name, sha256_of(sdist), sdist),), 0, 0)
+
+    assert _with_built(paths, profile, house, cache).files[0].sha256 == wheel_sha
+    three = replace(build, cuda_archs=("80", "90", "100"))
+    other_archs = replace(profile, builds=(three,))
+    assert _with_built(paths, other_archs, house, cache).files[0].path == sdist  # left unbuilt, not the sm_90 wheel
+    flags = replace(build, env=(*build.env, ("NVCC_THREADS", "4")))
+    assert _with_built(paths, replace(profile, builds=(flags,)), house, cache).files[0].path == sdist
+    moved = Wheelhouse((replace(house.files[0], sha256="0" * 64),), 0, 0)  # another sdist
+    assert _with_built(paths, profile, moved, cache).files[0].sha256 == "0" * 64

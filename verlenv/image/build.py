@@ -334,7 +334,9 @@ def _adopt(
         build = _declared_build_of(profile, wheel)
         sdist = sdists.get(build.name)
         if sdist is None:
-            raise ConfigError(f"{wheel}: {profile.name} locks no sdist of {build.pin}", hint="verlenv lock first")
+            raise ConfigError(
+                f"--ext-wheel {wheel}: {profile.name} locks no sdist of {build.pin}", hint="verlenv lock first"
+            )
         outcome = extbuild.adopt(build, sdist, env_here, cache, builds_path(paths, profile.name), wheel)
         _say(f"{wheel.name}: {outcome}; kept for {build.pin}", False)  # even with -q/--json: a trust decision
 

@@ -130,8 +130,10 @@ def _with_built(paths: ProjectPaths, profile: Profile, house: Wheelhouse, cache:
     recorded = read(builds_path(paths, profile.name))
     files = []
     for house_file in house.files:
-        record = recorded.get(house_file.name)
-        built = record.house_file(cache) if record and record.sdist_sha256 == house_file.sha256 else None
+        record, build = recorded.get(house_file.name), profile.build_of(house_file.name)
+        # a record of other architectures or flags is another wheel: the sdist stays unbuilt until
+        # `verlenv build` makes this one (and checks it then)
+        built = record.house_file(cache) if record and build and record.made_as(build, house_file.sha256) else None
         files.append(built or house_file)
     return replace(house, files=tuple(files))
 

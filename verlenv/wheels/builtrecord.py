@@ -15,6 +15,7 @@ from typing import Any
 from verlenv import atomic
 from verlenv.errors import ConfigError
 from verlenv.paths import ProjectPaths
+from verlenv.profiles.profile import ExtensionBuild
 from verlenv.wheels.cache import Cache
 from verlenv.wheels.wheelhouse import HouseFile
 
@@ -35,6 +36,11 @@ class BuiltWheel:
     files: dict[str, str] = field(default_factory=dict)  # path in the wheel -> sha256
     seconds: float = 0.0
     jobs: int = 0
+
+    def made_as(self, build: ExtensionBuild, sdist_sha256: str) -> bool:
+        """Whether this wheel is what ``build`` declares, from that sdist: version, architectures, flags."""
+        declared = (build.version, list(build.cuda_archs), [f"{k}={v}" for k, v in build.env])
+        return self.sdist_sha256 == sdist_sha256 and (self.version, self.cuda_archs, self.env) == declared
 
     def house_file(self, cache: Cache) -> HouseFile | None:
         path = cache.cached_file(self.wheel_sha256)
