@@ -135,13 +135,16 @@ def _check_components(profile: Profile, lock_obj: Lock, target: Path) -> None:
 
 def _check_build_requires(profile: Profile, lock_obj: Lock, target: Path) -> None:
     for build in profile.builds:
-        # ninja: torch's BuildExtension compiles in parallel with it, and a killed build resumes
-        missing = [name for name in (*build.requires, "ninja") if lock_obj.version_of(name) is None]
+        # ninja: torch's BuildExtension compiles in parallel with it, and a killed build resumes. nvcc: a CUDA
+        # build compiles with the lock's own (CUDA_HOME is the folder its wheel installs), never the host's
+        compiler = ("nvidia-cuda-nvcc",) if build.cuda_archs else ()
+        missing = [name for name in (*build.requires, "ninja", *compiler) if lock_obj.version_of(name) is None]
         if missing:
             raise ResolutionError(
                 f"profile {profile.name} builds {build.pin}, which needs {', '.join(missing)}; the lock has none; "
                 f"nothing written to {target}",
-                hint="add them to the profile's requirements (ninja builds in parallel and resumes a killed build)",
+                hint="add them to the profile's requirements (ninja builds in parallel and resumes a killed build; "
+                "CUDA architectures need nvidia-cuda-nvcc, CUDA 13's pip toolkit, of the torch's CUDA minor)",
             )
 
 
