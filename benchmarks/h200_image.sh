@@ -9,7 +9,7 @@
 #                        (not with APPLY_DOCTOR=0)
 #   start   OUT          start `all` in the background (its own session: it outlives the call)
 #   wait    OUT          wait (at most 9.5 min) until `all` has finished; print what has
-#   collect OUT          pack the results into OUT/results.tar.gz
+#   collect OUT          pack the results (and earlier batches', /root/results-*) into OUT/results.tar.gz
 #   extbuild DIR         start an extension build in the tree, in the background: DIR holds the sdist and
 #                        recipe.json (benchmarks/ext_recipe.py: the command and env `verlenv build` uses),
 #                        built in /build as in verlenv's container, so its objects resume a build there
@@ -105,10 +105,10 @@ all)
   kv=(--engine-arg "kv_cache_memory_bytes=${KV_BYTES:-2147483648}")
   attn=(); [ -n "${TRAINER_ATTN:-}" ] && attn=(--attn "$TRAINER_ATTN")
   verl=(--trainer verl --steps 30 --gpu-memory-utilization 0.06 "${kv[@]}" "${attn[@]}")
-  for seed in ${TRAINER_SEEDS:-0 1 2}; do
+  for seed in ${TRAINER_SEEDS-0 1 2}; do  # TRAINER_SEEDS="" for none
     accept "verl-grpo-$seed" "${verl[@]}" --estimator grpo --seed "$seed" --workdir "/root/work/grpo-$seed" &
   done
-  for seed in ${GAE_SEEDS:-0}; do
+  for seed in ${GAE_SEEDS-0}; do
     accept "verl-gae-$seed" "${verl[@]}" --estimator gae --seed "$seed" --workdir "/root/work/gae-$seed" &
   done
   wait
@@ -128,6 +128,8 @@ all)
   date -u +%FT%TZ > "$out/done"
   ;;
 start)
+  # a second batch on the same machine: the first one's results move aside, so `wait` waits for this one
+  if [ -d /root/results ]; then mv /root/results "/root/results-$(date +%s)"; fi
   mkdir -p /root/results
   setsid nohup bash "$0" all /root/results > /root/results/all.log 2>&1 < /dev/null &
   sleep 5; cat /root/results/all.log
@@ -139,7 +141,7 @@ wait)
   for f in /root/results/*.log; do echo "== $f"; tail -2 "$f"; done 2>/dev/null | tail -40
   ;;
 collect)
-  tar czf "$out/results.tar.gz" -C /root results
+  (cd /root && tar czf "$out/results.tar.gz" results results-* 2>/dev/null || tar czf "$out/results.tar.gz" results)
   ls -la "$out"
   ;;
 extbuild)
