@@ -111,7 +111,7 @@ def _tags_kept(profile: str, lock_sha: str):  # type: ignore[no-untyped-def]
     finally:
         for tag, image_id in before.items():
             repo, _, name = tag.rpartition(":")
-            if image_id and _exists(client, image_id):  # a cold build without --second-engine removed it
+            if image_id and _image_id(client, image_id):  # a cold build without --second-engine removed it
                 client.api.tag(image_id, repo, name)
             elif _image_id(client, tag):
                 client.images.remove(tag, noprune=True)
@@ -124,10 +124,6 @@ def _image_id(client, tag: str) -> str:  # type: ignore[no-untyped-def]
         return str(client.images.get(tag).id)
     except docker.errors.ImageNotFound:
         return ""
-
-
-def _exists(client, image_id: str) -> bool:  # type: ignore[no-untyped-def]
-    return bool(_image_id(client, image_id))
 
 
 def _cpu(since: dict[str, float] | None = None) -> dict[str, float]:

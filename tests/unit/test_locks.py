@@ -135,7 +135,10 @@ def test_committed_verify_reports_match_their_locks_and_pass(repo_paths: Project
     for name in profile_names(repo_paths):
         report = json.loads((repo_paths.lockfiles / f"{name}.verify.json").read_text())
         assert report["schema_version"] == 1 and report["profile"] == name
-        assert report["lock_sha256"] == read_lock(repo_paths.lock(name)).sha256, f"{name}: verify report is stale"
+        lock_obj = read_lock(repo_paths.lock(name))
+        assert report["lock_sha256"] == lock_obj.sha256, f"{name}: verify report is stale"
+        assert report["base"] == load_profile(repo_paths, name).base.name, f"{name}: base changed since verify"
+        assert report["distributions"] == len(lock_obj.dists), name
         assert report["ok"] is True, name
         assert report["metadata"]["ok"] and not report["unreadable"]
         if name != "cpu-smoke":  # the engine's own compiled code was checked against torch
