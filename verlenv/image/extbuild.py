@@ -275,7 +275,7 @@ def _describe(
         wheel=wheel.name,
         wheel_sha256=sha256_of(wheel),
         cuda_archs=list(build.cuda_archs),
-        env=[f"{k}={v}" for k, v in build.env],
+        env=build.flags,
         inputs=env.inputs,
         files=wheel_files(wheel),
         seconds=round(seconds, 1),

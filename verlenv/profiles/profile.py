@@ -109,6 +109,11 @@ class ExtensionBuild:
     def pin(self) -> str:
         return f"{self.name}=={self.version}"
 
+    @property
+    def flags(self) -> list[str]:
+        """The build flags as KEY=VALUE, the form a build record keeps them in."""
+        return [f"{k}={v}" for k, v in self.env]
+
     def inputs(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "archs": list(self.cuda_archs), "env": list(self.env)}
 

@@ -39,7 +39,7 @@ class BuiltWheel:
 
     def made_as(self, build: ExtensionBuild, sdist_sha256: str) -> bool:
         """Whether this wheel is what ``build`` declares, from that sdist: version, architectures, flags."""
-        declared = (build.version, list(build.cuda_archs), [f"{k}={v}" for k, v in build.env])
+        declared = (build.version, list(build.cuda_archs), build.flags)
         return self.sdist_sha256 == sdist_sha256 and (self.version, self.cuda_archs, self.env) == declared
 
     def house_file(self, cache: Cache) -> HouseFile | None:
