@@ -83,3 +83,13 @@ def test_verls_own_trainer_takes_the_acceptance_config(engine, cpu_smoke) -> Non
     facts = json.loads(out[out.index("{") :])
     assert facts["verl"] == "0.9.1" and facts["rollout"] == "vllm" and facts["critic"] is False
     assert facts["engine_kwargs"] == {"kv_cache_memory_bytes": 1073741824}  # reaches verl's vLLM server args
+    code, out = run_in(
+        engine,
+        cpu_smoke.image_id,
+        "verlenv accept --trainer verl --dry-run --json --workdir /tmp/s --backend sglang "
+        "--engine-arg max_total_tokens=32768",
+        stderr=False,
+    )
+    assert code == 0, out
+    facts = json.loads(out[out.index("{") :])
+    assert facts["rollout"] == "sglang" and facts["engine_kwargs"] == {"max_total_tokens": 32768}

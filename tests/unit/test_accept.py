@@ -423,6 +423,26 @@ def test_engine_args_become_verls_vllm_engine_kwargs(tmp_path: Path) -> None:
     assert overrides(files, TrainerConfig(extra=extra))[-2:] == list(extra)  # last: over verlenv's own
 
 
+def test_an_sglang_image_rolls_out_with_sglang_and_its_engine_kwargs(tmp_path: Path) -> None:
+    from verlenv.accept.trainer import TrainerConfig, engine_overrides, overrides, rollout_for
+    from verlenv.errors import ConfigError
+
+    extra = engine_overrides((("max_total_tokens", 32768),), "sglang")
+    assert extra == ("+actor_rollout_ref.rollout.engine_kwargs.sglang.max_total_tokens=32768",)
+    files = {k: tmp_path / k for k in ("train", "val", "model", "reward", "log")}
+    args = overrides(files, TrainerConfig(rollout="sglang", extra=extra))
+    assert "actor_rollout_ref.rollout.name=sglang" in args and "actor_rollout_ref.rollout.name=vllm" not in args
+    with pytest.raises(ConfigError, match="rolls out with one of vllm, sglang"):
+        TrainerConfig(rollout="hf")
+    # this venv installs neither engine: a run is refused up front, a dry run composes with vllm
+    assert rollout_for("auto", installed=False) == "vllm" and rollout_for("sglang", installed=False) == "sglang"
+    for backend in ("auto", "sglang"):
+        with pytest.raises(ConfigError, match="not installed here"):
+            rollout_for(backend)
+    with pytest.raises(ConfigError, match="--backend hf"):
+        rollout_for("hf", installed=False)
+
+
 def test_a_critic_without_flash_attention_is_refused_before_anything_runs(tmp_path: Path) -> None:
     """On the H200, GAE with --attn sdpa ran 4 minutes and died in verl's load_valuehead_model, which
     asks for flash_attention_2 whatever the critic's config says."""

@@ -127,6 +127,7 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
     from verlenv.accept.memory import warmup_steps
 
     run = trainer.run(workdir, config, on_line)
+    engine = trainer.ROLLOUTS[config.rollout]
     rewards = trainer.rewards(run.steps)
     verdicts = [
         Verdict("verl-exit", run.exit_code == 0, run.exit_code, 0, "python -m verl.trainer.main_ppo exit code"),
@@ -147,8 +148,8 @@ def run_trainer_suite(config, workdir, on_line=None) -> dict[str, Any]:  # type:
         "seconds": round(run.seconds, 2),
         "config": asdict(config),
         "host": host_facts("cuda" if config.gpus else "cpu"),
-        "backend": f"verl main_ppo ({config.estimator.upper()}, FSDP actor, vLLM rollout)",
-        "rollout_mode": "vLLM eager (rollout.enforce_eager=True)"
+        "backend": f"verl main_ppo ({config.estimator.upper()}, FSDP actor, {engine} rollout)",
+        "rollout_mode": f"{engine} eager (rollout.enforce_eager=True)"
         if config.eager
         else "verl's default (compiled, CUDA graphs)",
         "attention": config.attn or "verl's default (flash_attention_2, use_remove_padding)",

@@ -39,6 +39,7 @@ MEMORY_METRICS = {
 }
 REWARD_METRIC = "critic/score/mean"
 ESTIMATORS = ("grpo", "gae")
+ROLLOUTS = {"vllm": "vLLM", "sglang": "SGLang"}  # verl's rollout.name, and how reports name it
 LOSSES = ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm")
 # What a report keeps of each step: reward, losses, time, memory (verl logs ~150 metrics a step).
 SUMMARY = (
@@ -65,12 +66,18 @@ class TrainerConfig:
     seed: int = 0
     timeout_s: float = 1500.0
     estimator: str = "grpo"  # grpo: groups of `group` responses; gae: PPO with verl's critic
+    rollout: str = "vllm"  # verl's rollout.name: the engine the image installs (rollout_for)
     group: int = 8  # GRPO responses per prompt: more samples per prompt, a steadier group baseline
     attn: str = ""  # "" = verl's default (flash_attention_2); e.g. "sdpa" where flash-attn is absent
     eager: bool = False  # rollout.enforce_eager=True: an explicit, non-default mode
     extra: tuple[str, ...] = ()  # more Hydra overrides, applied last
 
     def __post_init__(self) -> None:
+        if self.rollout not in ROLLOUTS:
+            raise ConfigError(
+                f"rollout {self.rollout!r}: verl's trainer rolls out with one of {', '.join(ROLLOUTS)}",
+                hint="--backend auto takes the engine this environment installs",
+            )
         if self.estimator == "gae" and self.attn and self.attn != "flash_attention_2":
             # seen on the H200 (benchmarks/results/h200_image_tree_2026-12-03): the run fails minutes in
             raise ConfigError(
@@ -174,7 +181,7 @@ def prepare(workdir: Path, config: TrainerConfig) -> dict[str, Path]:
 
 
 def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
-    """Hydra overrides for verl 0.9's main_ppo (FSDP actor, vLLM rollout, one node): data, sizes and the
+    """Hydra overrides for verl 0.9's main_ppo (FSDP actor, vLLM or SGLang rollout, one node): data, sizes and the
     task; the modes stay verl's defaults unless the config asks otherwise."""
     n = config.group if config.estimator == "grpo" else 1
     prompts = max(config.gpus, config.batch // n)
@@ -197,7 +204,7 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.strategy=fsdp",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.name={config.rollout}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={config.gpu_memory_utilization}",
         *(["actor_rollout_ref.rollout.enforce_eager=True"] if config.eager else []),
@@ -227,12 +234,31 @@ def overrides(files: dict[str, Path], config: TrainerConfig) -> list[str]:
     ]
 
 
-def engine_overrides(pairs: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:
-    """--engine-arg KEY=VALUE for verl's vLLM rollout: verl passes rollout.engine_kwargs.vllm on to the
-    engine's arguments over its own. Several runs sharing one GPU need kv_cache_memory_bytes there:
-    vLLM's profile-based sizing counts other processes' memory changes as its own (its own note in
-    determine_available_memory) and then fails to start."""
-    return tuple(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.{key}={json.dumps(value)}" for key, value in pairs)
+def engine_overrides(pairs: tuple[tuple[str, Any], ...], rollout: str = "vllm") -> tuple[str, ...]:
+    """--engine-arg KEY=VALUE for verl's rollout: verl passes rollout.engine_kwargs.<name> on to the
+    engine's arguments over its own. Several runs sharing one GPU need a fixed KV size there: vLLM's
+    profile-based sizing counts other processes' memory changes as its own (its own note in
+    determine_available_memory) and then fails to start (kv_cache_memory_bytes); SGLang sizes its pool
+    from the free memory it saw before loading, so a cap (max_total_tokens) keeps runs from taking it all."""
+    prefix = f"+actor_rollout_ref.rollout.engine_kwargs.{rollout}"
+    return tuple(f"{prefix}.{key}={json.dumps(value)}" for key, value in pairs)
+
+
+def rollout_for(backend: str, installed: bool = True) -> str:
+    """verl's rollout.name for --backend: the one named, or with auto the first engine installed here.
+    ``installed=False`` (a dry run composes the config only) lets auto fall back to vllm, verl's usual."""
+    import importlib.util
+
+    if backend not in (*ROLLOUTS, "auto"):
+        raise ConfigError(f"--trainer verl --backend {backend}: verl's trainer rolls out with vllm or sglang")
+    here = [name for name in ROLLOUTS if importlib.util.find_spec(name) is not None]
+    name = backend if backend != "auto" else (here or ["vllm"])[0]
+    if installed and name not in here:
+        raise ConfigError(
+            f"--trainer verl: the {name} rollout is not installed here ({', '.join(here) or 'no engine'} is)",
+            hint="run it in an image of a vLLM or SGLang profile (verlenv profiles), or pass --dry-run",
+        )
+    return name
 
 
 def _attention(config: TrainerConfig) -> list[str]:
@@ -279,7 +305,7 @@ def dry_run(files: dict[str, Path], config: TrainerConfig) -> dict[str, Any]:
         "critic": need_critic(composed),
         "reference": need_reference_policy(composed),
         "steps": composed.trainer.total_training_steps,
-        "engine_kwargs": dict(composed.actor_rollout_ref.rollout.engine_kwargs.vllm),
+        "engine_kwargs": dict(composed.actor_rollout_ref.rollout.engine_kwargs[config.rollout]),
     }
 
 

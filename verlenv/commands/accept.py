@@ -28,7 +28,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=("auto", "hf", "vllm", "sglang"),
         default="auto",
-        help="rollout engine: on a GPU vLLM, else SGLang, when it imports; hf otherwise (default auto)",
+        help="rollout engine: on a GPU vLLM, else SGLang, when it imports; hf otherwise (default auto); with "
+        "--trainer verl, verl's rollout.name: auto takes vllm, else sglang, whichever is installed",
     )
     parser.add_argument(
         "--engine-arg",
@@ -37,7 +38,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="pass KEY=VALUE to the rollout engine's constructor (vLLM's LLM, sglang.Engine) over verlenv's "
         'defaults; VALUE is read as JSON when it parses (0.3, true, "fa3"), else as a string (repeatable); '
-        "with --trainer verl it becomes verl's actor_rollout_ref.rollout.engine_kwargs.vllm.KEY",
+        "with --trainer verl it becomes verl's actor_rollout_ref.rollout.engine_kwargs.<vllm|sglang>.KEY",
     )
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters; check the base stays frozen")
     parser.add_argument(
@@ -164,7 +165,9 @@ def _verl_trainer(args: argparse.Namespace) -> int:
     from verlenv.accept import trainer
     from verlenv.accept.suite import run_trainer_suite
 
+    rollout = trainer.rollout_for(args.backend, installed=not args.dry_run)
     config = trainer.TrainerConfig(
+        rollout=rollout,
         steps=args.steps,
         batch=args.batch,
         gpus=args.gpus,
@@ -174,7 +177,7 @@ def _verl_trainer(args: argparse.Namespace) -> int:
         attn=args.attn,
         eager=args.eager,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        extra=trainer.engine_overrides(engine_args(args.engine_arg)),
+        extra=trainer.engine_overrides(engine_args(args.engine_arg), rollout),
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="verlenv-verl-"))
     workdir.mkdir(parents=True, exist_ok=True)
