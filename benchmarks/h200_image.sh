@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The default profile's image, accepted on a GPU host with no container engine, in the image's own
+# A CUDA profile's image (the default; an SGLang one with ROLLOUT=sglang), accepted on a GPU host with no container engine, in the image's own
 # filesystem. Run from the repository root on the GPU host, one phase per call (each well under the
 # device tool's 10 minutes); only the host's own python3 (standard library) runs verlenv outside the tree.
 #
@@ -17,8 +17,8 @@
 #   extcollect OUT       its build folder (objects, ninja log) and wheel, xz'd in 15 MiB pieces; the first 6
 #   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
 #   all     OUT          verl GRPO per TRAINER_SEEDS and PPO with a critic (GAE) per GAE_SEEDS in parallel,
-#                        then vLLM default mode one run at a time: VLLM_CLEAN clean runs and a 1 MiB/step
-#                        leak (none when VLLM_CLEAN=0); then
+#                        then the engine's default mode one run at a time: VLLM_CLEAN clean runs and a
+#                        1 MiB/step leak (none when VLLM_CLEAN=0); ROLLOUT=sglang for an SGLang image; then
 #                        doctor --cluster on one node; then the tree proven again
 #
 # Results (reports, logs) are written under OUT; benchmarks/README.md says what they showed.
@@ -102,9 +102,17 @@ all)
   # cycle asserts on device-wide free memory ("Memory usage increased after sleeping" when another
   # process allocates meanwhile: 3 of 6 parallel runs, H200 2026-12-04). Compilation and CUDA graphs
   # stay vLLM's and verl's defaults. TRAINER_ATTN (e.g. sdpa) only for an image without flash-attn.
-  kv=(--engine-arg "kv_cache_memory_bytes=${KV_BYTES:-2147483648}")
+  # ROLLOUT=sglang (an SGLang image): SGLang sizes its pool from the free memory it saw before loading
+  # the model, less (1 - mem_fraction_static) of it, so the fraction is the room other runs may take
+  # meanwhile and max_total_tokens (KV_TOKENS) caps what it keeps.
+  rollout=${ROLLOUT:-vllm}
+  if [ "$rollout" = sglang ]; then
+    kv=(--backend sglang --engine-arg "max_total_tokens=${KV_TOKENS:-32768}") share=0.2
+  else
+    kv=(--backend vllm --engine-arg "kv_cache_memory_bytes=${KV_BYTES:-2147483648}") share=0.06
+  fi
   attn=(); [ -n "${TRAINER_ATTN:-}" ] && attn=(--attn "$TRAINER_ATTN")
-  verl=(--trainer verl --steps 30 --gpu-memory-utilization 0.06 "${kv[@]}" "${attn[@]}")
+  verl=(--trainer verl --steps 30 --gpu-memory-utilization "$share" "${kv[@]}" "${attn[@]}")
   for seed in ${TRAINER_SEEDS-0 1 2}; do  # TRAINER_SEEDS="" for none
     accept "verl-grpo-$seed" "${verl[@]}" --estimator grpo --seed "$seed" --workdir "/root/work/grpo-$seed" &
   done
@@ -112,13 +120,14 @@ all)
     accept "verl-gae-$seed" "${verl[@]}" --estimator gae --seed "$seed" --workdir "/root/work/gae-$seed" &
   done
   wait
-  vllm=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.1)
+  engine=(--device cuda --backend vllm --steps 30 --engine-arg gpu_memory_utilization=0.1)
+  [ "$rollout" = sglang ] && engine=(--device cuda --backend sglang --steps 30)
   if [ "${VLLM_CLEAN:-5}" -gt 0 ]; then  # VLLM_CLEAN=0: the trainers only (device time is short)
-    SCRATCH=/root/scratch/vllm accept vllm-clean-1 "${vllm[@]}" --seed 1
-    SCRATCH=/root/scratch/vllm accept vllm-leak "${vllm[@]}" --seed 99 --no-distributed --inject-leak-mib 1
+    SCRATCH=/root/scratch/engine accept "$rollout-clean-1" "${engine[@]}" --seed 1
+    SCRATCH=/root/scratch/engine accept "$rollout-leak" "${engine[@]}" --seed 99 --no-distributed --inject-leak-mib 1
   fi
   for seed in $(seq 2 "${VLLM_CLEAN:-5}"); do
-    SCRATCH=/root/scratch/vllm accept "vllm-clean-$seed" "${vllm[@]}" --seed "$seed" --no-distributed
+    SCRATCH=/root/scratch/engine accept "$rollout-clean-$seed" "${engine[@]}" --seed "$seed" --no-distributed
   done
   mkdir -p /root/scratch/cluster/home && cp "$repo/benchmarks/h200_cluster.py" /root/scratch/cluster/home/
   verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/cluster --no-verify -- \
