@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A CUDA profile's image (the default; an SGLang one with ROLLOUT=sglang), accepted on a GPU host with no container engine, in the image's own
-# filesystem. Run from the repository root on the GPU host, one phase per call (each well under the
-# device tool's 10 minutes); only the host's own python3 (standard library) runs verlenv outside the tree.
+# A CUDA profile's image (the default; an SGLang one with ROLLOUT=sglang), accepted on a GPU host with
+# no container engine, in the image's own filesystem. Run from the repository root on the GPU host, one
+# phase per call (each well under the device tool's 10 minutes); only the host's own python3 (standard library) runs verlenv outside the tree.
 #
 #   probe   OUT          what the host has (inventory of its installed distributions), bwrap, driver
 #   stash   DIR          copy one carried piece of the pack to /root/stash
