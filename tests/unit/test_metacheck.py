@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from packaging.requirements import Requirement
 
+from verlenv.errors import ConfigError
 from verlenv.verify.distmeta import DistMeta
 from verlenv.verify.metadata import check_engine_gate, check_requirements
 
@@ -62,3 +64,25 @@ def test_verl_vllm_gate() -> None:
     problems = [v.problem for v in check_engine_gate({"verl": "0.5.0", "vllm": "0.7.3"})]
     assert problems == ["vllm 0.7.3 is in the 0.7.x line verl warns against (host-memory leak with n>1)"]
     assert check_engine_gate({"verl": "0.5.0"}) == []
+
+
+def test_a_wheels_metadata_is_kept_by_its_sha256_and_read_again_when_the_kept_copy_is_bad(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import zipfile
+
+    from verlenv.verify.distmeta import read_meta_kept
+
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(
+            "demo-1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: Demo\nVersion: 1.0\nRequires-Dist: torch==2.11.0\nRequires-Python: >=3.10\n",
+        )
+    sha, folder = "ab" + "0" * 62, tmp_path / "meta"
+    first = read_meta_kept(wheel, sha, folder)
+    assert first == DistMeta("demo", "1.0", ("torch==2.11.0",), ">=3.10")
+    wheel.unlink()  # what one sha256 names never changes: the kept copy answers
+    assert read_meta_kept(wheel, sha, folder) == first
+    kept = folder / "ab" / f"{sha}.json"
+    kept.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read its METADATA"):  # a bad copy is not trusted
+        read_meta_kept(wheel, sha, folder)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from verlenv import atomic
 from verlenv.errors import ConfigError
 
 
@@ -63,6 +65,21 @@ def read_sdist_meta(path: Path) -> DistMeta:
 
 def read_meta(path: Path) -> DistMeta:
     return read_wheel_meta(path) if path.name.endswith(".whl") else read_sdist_meta(path)
+
+
+def read_meta_kept(path: Path, sha256: str, folder: Path) -> DistMeta:
+    """read_meta of a stored file, kept in ``folder`` by its sha256: what one sha256 names never changes,
+    and opening every wheel's zip directory again (torch's alone has thousands of entries) was about a
+    second of each rebuild."""
+    kept = folder / sha256[:2] / f"{sha256}.json"
+    try:
+        data = json.loads(kept.read_text())
+        return DistMeta(**{**data, "requires_dist": tuple(data["requires_dist"])})
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    meta = read_meta(path)
+    atomic.write_text(kept, json.dumps(asdict(meta)))
+    return meta
 
 
 def exact_pin(requires: Iterable[str], name: str = "torch") -> str:

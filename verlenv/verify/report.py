@@ -20,7 +20,7 @@ from verlenv.lock.resolve import require_fresh
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile, load_profile
 from verlenv.verify.abi import ObjectVerdict, TorchFacts, apply_waivers, check_objects, torch_facts
-from verlenv.verify.distmeta import DistMeta, exact_pin, read_meta
+from verlenv.verify.distmeta import DistMeta, exact_pin, read_meta_kept
 from verlenv.verify.metadata import MetaViolation, check_engine_gate, check_requirements, split_overridden
 from verlenv.verify.objscan import ObjectError
 from verlenv.verify.wheelscan import scan_wheel
@@ -156,7 +156,7 @@ def verify_wheelhouse(
 ) -> VerifyReport:
     timings = timings if timings is not None else {}
     started = time.monotonic()
-    metas = {f.name: read_meta(f.path) for f in house.files}
+    metas = {f.name: read_meta_kept(f.path, f.sha256, cache.root / "meta") for f in house.files}
     replaced = _replaced(lock, house)
     violations = check_requirements(
         metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform, replaced

@@ -55,6 +55,14 @@ class Cache:
     def file_dir(self, sha256: str) -> Path:
         return self.root / "files" / "sha256" / sha256[:2] / sha256
 
+    def present(self) -> frozenset[str]:
+        """The sha256s the store has a folder for: one listing, where a lock's every hash (all platforms,
+        ~10,000 for the default profile) would be a lookup each."""
+        root = self.root / "files" / "sha256"
+        if not root.is_dir():
+            return frozenset()
+        return frozenset(e.name for d in os.scandir(root) if d.is_dir() for e in os.scandir(d.path))
+
     def cached_file(self, sha256: str) -> Path | None:
         """The stored file for ``sha256``, re-hashed unless its size and mtime match the stamp;
         CorruptCacheFile (exit 6) when it no longer hashes to it."""

@@ -142,8 +142,9 @@ def fill(
     tags = target_tags(python, profile.platform)
     found: dict[str, HouseFile] = {}
     missing: list[LockedDist] = []
+    present = cache.present()
     for dist in lock.dists:
-        cached = _from_cache(dist, cache, tags, offline)
+        cached = _from_cache(dist, cache, tags, offline, present)
         if cached:
             found[dist.name] = cached
         else:
@@ -167,9 +168,11 @@ def fill(
     return Wheelhouse(tuple(found[d.name] for d in lock.dists), len(missing), progress.bytes)
 
 
-def _from_cache(dist: LockedDist, cache: Cache, tags: list[Tag], offline: bool = True) -> HouseFile | None:
+def _from_cache(
+    dist: LockedDist, cache: Cache, tags: list[Tag], offline: bool, present: frozenset[str]
+) -> HouseFile | None:
     best: tuple[int, HouseFile] | None = None
-    for sha in dist.hashes:
+    for sha in (h for h in dist.hashes if h in present):
         try:
             path = cache.cached_file(sha)
         except CorruptCacheFile as exc:
