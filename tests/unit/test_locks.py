@@ -147,15 +147,15 @@ def test_committed_verify_reports_match_their_locks_and_pass(repo_paths: Project
 
 
 def test_a_cuda_build_needs_the_locks_own_nvcc(repo_paths: ProjectPaths, tmp_path: Path) -> None:
-    """The SGLang 0.9.1 lock has torch 2.11, einops and ninja but no nvcc: flash-attn for sm_90 can't be
-    built from it, and locking that says so before writing anything."""
+    """The torch 2.9 / CUDA 12.9 lock has torch, einops and ninja but no nvcc: flash-attn for sm_90 can't
+    be built from it, and locking that says so before writing anything."""
     from dataclasses import replace
 
     default = load_profile(repo_paths, "verl0.9.1-vllm0.24.0-torch2.11.0-cu130")
-    sglang = load_profile(repo_paths, "verl0.9.1-sglang0.5.12-torch2.11.0-cu130")
-    without = read_lock(repo_paths.lock(sglang.name))
+    older = load_profile(repo_paths, "verl0.8.0-vllm0.12.0-torch2.9.0-cu129")
+    without = read_lock(repo_paths.lock(older.name))
     assert without.version_of("nvidia-cuda-nvcc") is None and without.version_of("einops")
-    wants = replace(sglang, builds=default.builds)
+    wants = replace(older, builds=default.builds)
     target = tmp_path / "x.lock"
     with pytest.raises(ResolutionError) as info:
         lock._check_build_requires(wants, without, target)
@@ -164,5 +164,7 @@ def test_a_cuda_build_needs_the_locks_own_nvcc(repo_paths: ProjectPaths, tmp_pat
     )
     assert not target.exists()
     lock._check_build_requires(default, read_lock(repo_paths.lock(default.name)), target)  # it has nvcc 13.2
+    sglang091 = load_profile(repo_paths, "verl0.9.1-sglang0.5.12-torch2.11.0-cu130")
+    lock._check_build_requires(sglang091, read_lock(repo_paths.lock(sglang091.name)), target)  # nvcc 13.0.88
     cpp_only = replace(default.builds[0], cuda_archs=())  # a C++ extension needs no nvcc
-    lock._check_build_requires(replace(sglang, builds=(cpp_only,)), without, target)
+    lock._check_build_requires(replace(older, builds=(cpp_only,)), without, target)
