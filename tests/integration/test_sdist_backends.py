@@ -78,3 +78,22 @@ def test_a_backend_off_the_lock_or_off_its_hash_stops_the_build(tmp_path: Path, 
     with pytest.raises(ResolutionError) as caught:
         wheel_from_sdist(sdist, Cache(tmp_path / "d"), TAGS, "3.11", without)
     assert "no trusted hash was provided for: `setuptools`" in caught.value.message
+
+
+def test_verlenvs_own_wheel_is_built_by_the_locked_setuptools_whatever_the_days_newest(
+    repo_paths: ProjectPaths, tmp_path: Path
+) -> None:
+    """Its WHEEL file names the setuptools that built it, and that file is in every image's verlenv
+    layer: uv's newest setuptools of the day (84.2.1 on 2026-12-07) would change every image ID at
+    the next setuptools release."""
+    from verlenv.image.context import verlenv_wheel
+
+    setuptools = read_lock(backends.lock_path(repo_paths)).version_of("setuptools")
+    first = verlenv_wheel(repo_paths, Cache(tmp_path / "a"), 1790294400)
+    old_umask = os.umask(0o077)
+    try:
+        second = verlenv_wheel(repo_paths, Cache(tmp_path / "b"), 1790294400)
+    finally:
+        os.umask(old_umask)
+    assert _generator(first.path) == f"Generator: setuptools ({setuptools})"
+    assert first.sha256 == second.sha256

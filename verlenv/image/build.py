@@ -35,7 +35,7 @@ from verlenv.image.manifest import DEFAULT_PATH, Manifest
 from verlenv.image.preload import Preloader
 from verlenv.image.services import ensure_engine
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry, Item, write_layer
-from verlenv.lock.lockfile import Lock
+from verlenv.lock.lockfile import Lock, read_lock
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import ExtensionBuild, Profile
 from verlenv.verify.report import require_verified
@@ -125,11 +125,12 @@ def _keep(cache: Cache, image_id: str, config: bytes, layers: list[StoredLayer])
 
 def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOptions) -> BuildResult:
     timer = _Timer()
-    with timer.stage("checks"):
-        profile, lock, verify_sha = _preflight(paths, name, options)
-    epoch = source_date_epoch(lock.header.exclude_newer)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        own = pool.submit(verlenv_wheel, paths.root, cache, epoch)  # `uv build`, ~1 s, beside the next two
+        # `uv build` of verlenv (~1 s, most of a verlenv-only rebuild's wheel stage) beside the checks and base
+        own = pool.submit(_own_wheel, paths, name, cache)
+        with timer.stage("checks"):
+            profile, lock, verify_sha = _preflight(paths, name, options)
+        epoch = source_date_epoch(lock.header.exclude_newer)
         with timer.stage("base"):
             base = make_base(paths.bases, profile.base.name, cache, quiet=options.quiet)
         with timer.stage("wheels"):
@@ -191,6 +192,11 @@ def build_image(paths: ProjectPaths, name: str, cache: Cache, options: BuildOpti
     return BuildResult(
         name, image_id, tags, size, timer.timings, dict(spec.labels), diff_ids, files_manifest.sha256, outcome
     )
+
+
+def _own_wheel(paths: ProjectPaths, name: str, cache: Cache) -> HouseFile:
+    """verlenv's wheel, made with the lock's SOURCE_DATE_EPOCH (read here: the checks read the lock too)."""
+    return verlenv_wheel(paths, cache, source_date_epoch(read_lock(paths.lock(name)).header.exclude_newer))
 
 
 def _preflight(paths: ProjectPaths, name: str, options: BuildOptions) -> tuple[Profile, Lock, str]:

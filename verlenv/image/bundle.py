@@ -85,7 +85,7 @@ def make_bundle(
     tags = target_tags(python, profile.platform)
     epoch = source_date_epoch(lock.header.exclude_newer)
     files = as_wheels(list(house.files), cache, tags, profile.python, paths)
-    files.append(verlenv_wheel(paths.root, cache, epoch))
+    files.append(verlenv_wheel(paths, cache, epoch))
     _check_metadata(profile, files, excluded, omitted, python)
     staging = out.with_name(f".{out.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)

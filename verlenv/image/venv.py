@@ -122,7 +122,7 @@ def plan_from_profile(
     house = fill(profile, lock, cache, offline=offline, quiet=quiet)
     tags = target_tags(profile.python, profile.platform)
     files = as_wheels(list(house.files), cache, tags, profile.python, paths)
-    files.append(verlenv_wheel(paths.root, cache, epoch))
+    files.append(verlenv_wheel(paths, cache, epoch))
     locked = {h for d in lock.dists for h in d.hashes}
     return EnvPlan(
         profile=profile.name,

@@ -153,6 +153,11 @@ def state(paths: ProjectPaths) -> tuple[str, str]:
     return "fresh", ", ".join(d.pin for d in locked.dists)
 
 
+def uv_build_args(locked: Path) -> list[str]:
+    """`uv build` arguments that hold its isolated build environment to the locked backends."""
+    return ["--build-constraints", str(locked), "--require-hashes"]
+
+
 def constraints(paths: ProjectPaths) -> Path:
     """The backends lock for an sdist build: refused unless fresh, so no build floats on the day's backend."""
     found, why = state(paths)

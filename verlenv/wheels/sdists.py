@@ -18,6 +18,7 @@ from packaging.utils import parse_wheel_filename
 
 from verlenv.errors import ResolutionError
 from verlenv.lock import backends
+from verlenv.lock.backends import uv_build_args
 from verlenv.lock.tools import run, uv_binary
 from verlenv.paths import ProjectPaths
 from verlenv.wheels.cache import Cache, sha256_of
@@ -62,9 +63,7 @@ def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: st
                 python,
                 "--out-dir",
                 tmp,
-                "--build-constraints",
-                str(backends),
-                "--require-hashes",
+                *uv_build_args(backends),
                 str(sdist.path),
             ],
             what=f"building a wheel from {sdist.filename} (backends: {backends.name})",
