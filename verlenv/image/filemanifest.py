@@ -5,6 +5,7 @@ how a report made there is tied to this image and no other."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import os
@@ -25,18 +26,22 @@ RUNTIME_PATHS = ("usr/local/nvidia",)
 class FileManifest:
     entries: tuple[Entry, ...]  # sorted by path; hard links resolved to the file they share data with
 
-    @property
+    # Computed once: a build asks for the text three times (sha256, record, file), ~0.2 s each for an
+    # image of 130,000 paths.
+    @functools.cached_property
     def text(self) -> str:
         return "".join(f"{e.line()}\n" for e in self.entries)
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
     def write(self, path: Path) -> None:
+        """Gzipped at level 1: the file is read back by its text's sha256, never by its own bytes, and
+        level 9 took half a second of each rebuild."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+        with tmp.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=1) as out:
             out.write(self.text.encode())
         tmp.replace(path)
 
