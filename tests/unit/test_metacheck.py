@@ -70,6 +70,7 @@ def test_a_wheels_metadata_is_kept_by_its_sha256_and_read_again_when_the_kept_co
     import zipfile
 
     from verlenv.verify.distmeta import read_meta_kept
+    from verlenv.wheels.cache import Cache
 
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -77,12 +78,12 @@ def test_a_wheels_metadata_is_kept_by_its_sha256_and_read_again_when_the_kept_co
             "demo-1.0.dist-info/METADATA",
             "Metadata-Version: 2.1\nName: Demo\nVersion: 1.0\nRequires-Dist: torch==2.11.0\nRequires-Python: >=3.10\n",
         )
-    sha, folder = "ab" + "0" * 62, tmp_path / "meta"
-    first = read_meta_kept(wheel, sha, folder)
+    kept = Cache(tmp_path / "cache").meta_path("ab" + "0" * 62)
+    first = read_meta_kept(wheel, kept)
     assert first == DistMeta("demo", "1.0", ("torch==2.11.0",), ">=3.10")
     wheel.unlink()  # what one sha256 names never changes: the kept copy answers
-    assert read_meta_kept(wheel, sha, folder) == first
-    kept = folder / "ab" / f"{sha}.json"
+    assert read_meta_kept(wheel, kept) == first
+    assert kept.parent.name == "ab"  # two-character fan-out, as the file store
     kept.write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read its METADATA"):  # a bad copy is not trusted
-        read_meta_kept(wheel, sha, folder)
+        read_meta_kept(wheel, kept)

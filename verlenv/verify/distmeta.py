@@ -67,11 +67,10 @@ def read_meta(path: Path) -> DistMeta:
     return read_wheel_meta(path) if path.name.endswith(".whl") else read_sdist_meta(path)
 
 
-def read_meta_kept(path: Path, sha256: str, folder: Path) -> DistMeta:
-    """read_meta of a stored file, kept in ``folder`` by its sha256: what one sha256 names never changes,
-    and opening every wheel's zip directory again (torch's alone has thousands of entries) was about a
-    second of each rebuild."""
-    kept = folder / sha256[:2] / f"{sha256}.json"
+def read_meta_kept(path: Path, kept: Path) -> DistMeta:
+    """read_meta of a stored file, kept in ``kept`` (the cache's place for its sha256: what one sha256
+    names never changes); opening every wheel's zip directory again (torch's alone has thousands of
+    entries) was about a second of each rebuild."""
     try:
         data = json.loads(kept.read_text())
         return DistMeta(**{**data, "requires_dist": tuple(data["requires_dist"])})

@@ -156,7 +156,7 @@ def verify_wheelhouse(
 ) -> VerifyReport:
     timings = timings if timings is not None else {}
     started = time.monotonic()
-    metas = {f.name: read_meta_kept(f.path, f.sha256, cache.root / "meta") for f in house.files}
+    metas = {f.name: read_meta_kept(f.path, cache.meta_path(f.sha256)) for f in house.files}
     replaced = _replaced(lock, house)
     violations = check_requirements(
         metas, [Requirement(r.spec) for r in profile.requirements], profile.python, profile.platform, replaced

@@ -111,6 +111,10 @@ class Cache:
         """Where `verlenv accept-image` stores an image's report and `verlenv publish` looks for it."""
         return self.root / "acceptance" / f"{image_id.removeprefix('sha256:')}.json"
 
+    def meta_path(self, sha256: str) -> Path:
+        """Where a stored file's metadata (verify's DistMeta) is kept: by its sha256, which never changes."""
+        return self.root / "meta" / sha256[:2] / f"{sha256}.json"
+
     def symbols_path(self, wheel_sha256: str) -> Path:
         return self.root / "elf" / f"{wheel_sha256}.json.gz"
 

@@ -18,7 +18,6 @@ from packaging.utils import parse_wheel_filename
 
 from verlenv.errors import ResolutionError
 from verlenv.lock import backends
-from verlenv.lock.backends import uv_build_args
 from verlenv.lock.tools import run, uv_binary
 from verlenv.paths import ProjectPaths
 from verlenv.wheels.cache import Cache, sha256_of
@@ -46,9 +45,9 @@ def as_wheels(
     return [wheel_from_sdist(f, cache, tags, python, locked) if f in todo else f for f in files]
 
 
-def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str, backends: Path) -> HouseFile:
-    """The wheel built from ``sdist`` with the backends locked in ``backends`` (cached by both's sha256)."""
-    key = f"{RECIPE}\0{sdist.sha256}\0{sha256_of(backends)}"
+def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: str, locked: Path) -> HouseFile:
+    """The wheel built from ``sdist`` with the backends locked in ``locked`` (cached by both's sha256)."""
+    key = f"{RECIPE}\0{sdist.sha256}\0{sha256_of(locked)}"
     folder = cache.built_dir(hashlib.sha256(key.encode()).hexdigest())
     existing = sorted(folder.glob("*.whl")) if folder.is_dir() else []
     if existing:
@@ -63,10 +62,10 @@ def wheel_from_sdist(sdist: HouseFile, cache: Cache, tags: list[Tag], python: st
                 python,
                 "--out-dir",
                 tmp,
-                *uv_build_args(backends),
+                *backends.uv_build_args(locked),
                 str(sdist.path),
             ],
-            what=f"building a wheel from {sdist.filename} (backends: {backends.name})",
+            what=f"building a wheel from {sdist.filename} (backends: {locked.name})",
             env={"SOURCE_DATE_EPOCH": WHEEL_EPOCH},
             # The wheel's zip records each file's mode as extracted: under umask 077 antlr4's wheel came
             # out with 0600 entries and another sha256 (the CI build with another umask, 2026-12-04).
