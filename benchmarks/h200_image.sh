@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A CUDA profile's image (the default; an SGLang one with ROLLOUT=sglang), accepted on a GPU host with
 # no container engine, in the image's own filesystem. Run from the repository root on the GPU host, one
-# phase per call (each well under the device tool's 10 minutes); only the host's own python3 (standard library) runs verlenv outside the tree.
+# phase per call (each well under the device tool's 10 minutes); only the host's own python3 (standard
+# library) runs verlenv outside the tree.
 #
 #   probe   OUT          what the host has (inventory of its installed distributions), bwrap, driver
 #   stash   DIR          copy one carried piece of the pack to /root/stash
@@ -12,7 +13,9 @@
 #   collect OUT          pack the results (and earlier batches', /root/results-*) into OUT/results.tar.gz
 #   extbuild DIR         start an extension build in the tree, in the background: DIR holds the sdist and
 #                        recipe.json (benchmarks/ext_recipe.py: the command and env `verlenv build` uses),
-#                        built in /build as in verlenv's container, so its objects resume a build there
+#                        built in /build as in verlenv's container, so its objects resume a build there;
+#                        with DIR/build.ninja (a build split by target), only the recipe's targets;
+#                        VERLENV_EXT names another build folder than /root/extbuild (two at once)
 #   extwait  OUT         wait (at most 9.5 min) for it; objects compiled so far
 #   extcollect OUT       its build folder (objects, ninja log) and wheel, xz'd in 15 MiB pieces; the first 6
 #   extfetch OUT K       pieces 8 at a time after those (K = 1, 2, ...)
@@ -155,22 +158,27 @@ collect)
   ;;
 extbuild)
   bwrap_from_deb
-  ext=/root/extbuild recipe=${2:?folder}/recipe.json
-  mkdir -p "$ext/src" "$ext/out" "$tree/build" /root/scratch/ext/home
+  ext=${VERLENV_EXT:-/root/extbuild} recipe=${2:?folder}/recipe.json
+  mkdir -p "$ext/src" "$ext/out" "$tree/build" "/root/scratch/$(basename "$ext")/home"
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
     "$(ls "$2"/*.tar.gz)" "$ext/src"
+  if [ -f "$2/build.ninja" ]; then  # a build split by target (ext_recipe.py TARGETS): ninja over this file
+    folder=$(grep -o -m1 '/build/src/[^ ]*/build/temp[^/]*' "$2/build.ninja")
+    mkdir -p "$ext${folder#/build}" && cp "$2/build.ninja" "$ext${folder#/build}/"
+  fi
   mapfile -t envs < <(python3 -c 'import json, sys
 for k, v in sorted(json.load(open(sys.argv[1]))["env"].items()): print(f"--env={k}={v}")' "$recipe")
   command=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["command"])' "$recipe")
   date +%s > "$ext/started"
-  setsid nohup python3 -m verlenv rootfs run "$tree" --bundle "$stash" --scratch /root/scratch/ext --no-verify \
+  scratch=/root/scratch/$(basename "$ext")  # one per build folder: two builds may run at once
+  setsid nohup python3 -m verlenv rootfs run "$tree" --bundle "$stash" --scratch "$scratch" --no-verify \
     --bind "$ext:/build" "${envs[@]}" -- bash -c "{ $command; } > /build/build.log 2>&1; echo \$? > /build/exit" \
     > "$ext/run.log" 2>&1 < /dev/null &
   echo $! > "$ext/pid"
   sleep 20; tail -n 3 "$ext/build.log" "$ext/run.log"
   ;;
 extwait)
-  ext=/root/extbuild
+  ext=${VERLENV_EXT:-/root/extbuild}
   for _ in $(seq 114); do
     [ -f "$ext/exit" ] && break
     kill -0 "$(cat "$ext/pid")" 2>/dev/null || { echo "the build's runner is gone:"; tail -n 5 "$ext/run.log"; break; }
@@ -180,7 +188,7 @@ extwait)
   cat "$ext/exit" 2>/dev/null; tail -n 3 "$ext/build.log"; ls -la "$ext/out"
   ;;
 extcollect)
-  ext=/root/extbuild
+  ext=${VERLENV_EXT:-/root/extbuild}
   { echo "exit $(cat "$ext/exit")"; echo "seconds $(( $(stat -c %Y "$ext/exit") - $(cat "$ext/started") ))"; nproc; } \
     > "$out/extbuild.txt"
   sha256sum "$ext"/out/*.whl >> "$out/extbuild.txt"
