@@ -162,6 +162,7 @@ def test_a_cuda_build_needs_the_locks_own_nvcc(repo_paths: ProjectPaths, tmp_pat
     assert (
         "needs nvidia-cuda-nvcc; the lock has none" in info.value.message and "flash-attn==2.8.3" in info.value.message
     )
+    assert "no CUDA 12 compiler is on PyPI" in (info.value.hint or "")  # its torch is CUDA 12.9's
     assert not target.exists()
     lock._check_build_requires(default, read_lock(repo_paths.lock(default.name)), target)  # it has nvcc 13.2
     sglang091 = load_profile(repo_paths, "verl0.9.1-sglang0.5.12-torch2.11.0-cu130")

@@ -143,9 +143,20 @@ def _check_build_requires(profile: Profile, lock_obj: Lock, target: Path) -> Non
             raise ResolutionError(
                 f"profile {profile.name} builds {build.pin}, which needs {', '.join(missing)}; the lock has none; "
                 f"nothing written to {target}",
-                hint="add them to the profile's requirements (ninja builds in parallel and resumes a killed build; "
+                hint=_CUDA12_HINT
+                if "nvidia-cuda-nvcc" in missing and lock_obj.version_of("nvidia-cuda-runtime-cu12")
+                else "add them to the profile's requirements (ninja builds in parallel and resumes a killed build; "
                 "CUDA architectures need nvidia-cuda-nvcc, CUDA 13's pip toolkit, of the torch's CUDA minor)",
             )
+
+
+# Checked 2026-12-07: nvidia-cuda-nvcc-cu12 12.0.140, 12.4.131, 12.8.93 and 12.9.86 hold bin/ptxas and
+# libnvvm, no nvcc, cicc or cudafe++; and torch's cpp_extension refuses an nvcc of another CUDA major.
+_CUDA12_HINT = (
+    "this torch is built for CUDA 12, and no CUDA 12 compiler is on PyPI (nvidia-cuda-nvcc-cu12 ships only "
+    "ptxas and libnvvm; nvidia-cuda-nvcc starts at 13.0): declare the build in a CUDA 13 profile, or leave "
+    "the extension out of this one"
+)
 
 
 def check(paths: ProjectPaths, names: list[str]) -> list[LockStatus]:
