@@ -51,6 +51,15 @@ def test_a_ninja_failure_names_the_source_and_the_first_error(tmp_path: Path) ->
     assert "cuda_toolkit.h:41:8: error" in message and f"full log: {tmp_path / 'build.log'}" in message
 
 
+def test_a_killed_build_container_says_so_and_that_it_resumes(tmp_path: Path) -> None:
+    """Killed mid-compile (the OOM killer, `docker kill`), the log ends in nvcc's warnings: those are not the cause."""
+    warnings = ["  [3/73] nvcc -c a.cu", "  vector_types.h:561:104: note: declared here", "  561 | typedef double4;"]
+    message = _failure(BUILD, warnings, tmp_path / "build.log", 137)
+    assert "its container was killed (SIGKILL: out of memory, or `docker kill`)" in message
+    assert "resumes from them" in message and "double4" not in message
+    assert "failed:" in _failure(BUILD, warnings, tmp_path / "build.log", 1)  # a plain failure shows the tail
+
+
 def test_compiler_errors_without_ninja_are_found_too() -> None:
     assert _first_error(["  csrc/twice.cpp:3:59: error: expected ';'"]) == (
         "csrc/twice.cpp",

@@ -38,6 +38,7 @@ RECIPE_VERSION = 3  # 2: objects normalized (objnorm) and linked again; 3: cudaf
 PIDPIN = Path(__file__).with_name("pidpin.c")
 PIDPIN_SO = "/tmp/verlenv-pidpin.so"  # in the container, outside the cached build folder
 NVCC_THREADS = "1"  # it lands in every compile command: fixed, so the same inputs give the same build
+_KILLED = {137: "SIGKILL: out of memory, or `docker kill`", 143: "SIGTERM: `docker stop`"}
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 _FAILED = re.compile(r"^\s*FAILED: (?:\[code=\d+\] )?(\S+)")
 _SOURCE = re.compile(r" -c (?:-c )?(\S+\.(?:cu|cpp|cc|c))\b")
@@ -177,7 +178,7 @@ def _build(
         container.remove(force=True)
     wheels = sorted((folder / "out").glob("*.whl"))
     if status.get("StatusCode") != 0 or not wheels:
-        raise CheckFailed(_failure(build, log, folder / "build.log"))
+        raise CheckFailed(_failure(build, log, folder / "build.log", status.get("StatusCode", 0)))
     return wheels[0], time.monotonic() - started, used
 
 
@@ -239,11 +240,17 @@ def _progress(build: ExtensionBuild, done: int, total: int, elapsed: float) -> N
     )
 
 
-def _failure(build: ExtensionBuild, lines: list[str], log_path: Path) -> str:
-    """The first failing file and its first compiler error, not 10,000 lines of nvcc."""
+def _failure(build: ExtensionBuild, lines: list[str], log_path: Path, status: int = 1) -> str:
+    """The first failing file and its first compiler error, not 10,000 lines of nvcc; or, when the
+    container itself was killed, that (its log's last lines are then only warnings)."""
     first = _first_error(lines)
     if first:
         return f"building {build.pin} failed at {first[0]}:\n  {first[1]}\nfull log: {log_path}"
+    if status in _KILLED:
+        return (
+            f"building {build.pin} stopped: its container was killed ({_KILLED[status]}); the objects compiled "
+            f"so far are kept and the next build resumes from them\nfull log: {log_path}"
+        )
     tail = "\n".join(line for line in lines[-15:] if line.strip())
     return f"building {build.pin} failed:\n{tail}\nfull log: {log_path}"
 
