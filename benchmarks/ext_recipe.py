@@ -42,11 +42,9 @@ def main(argv: list[str]) -> int:
 
 
 def _ninja_only(top: str, objects: list[str], jobs: int) -> str:
-    folder = str(Path(objects[0]).parents[0])
-    while not Path(folder).name.startswith("temp."):
-        folder = str(Path(folder).parent)
+    folder = next(p for p in Path(objects[0]).parents if p.name.startswith("temp."))  # build.ninja's folder
     names = " ".join(shlex.quote(o) for o in objects)
-    return f"cd /build/src/{top} && {pin_pid()} && cd {shlex.quote(folder)} && ninja -v -j {jobs} {names}"
+    return f"cd /build/src/{top} && {pin_pid()} && cd {shlex.quote(str(folder))} && ninja -v -j {jobs} {names}"
 
 
 if __name__ == "__main__":

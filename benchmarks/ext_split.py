@@ -21,13 +21,13 @@ import heapq
 import sys
 from pathlib import Path
 
+from ninja_merge import read_log
+
 
 def durations(log: Path) -> dict[str, float]:
-    found = {}
-    for line in log.read_text().splitlines()[1:]:
-        start, end, _, path, _ = line.split("\t")
-        found[Path(path).name] = (int(end) - int(start)) / 1000
-    return found
+    """object file name -> seconds its last compile took, from a .ninja_log."""
+    steps = {Path(path).name: line.split("\t")[:2] for path, line in read_log(log)[1].items()}
+    return {name: (int(end) - int(start)) / 1000 for name, (start, end) in steps.items()}
 
 
 def makespan(seconds: list[float], jobs: int) -> float:
@@ -48,19 +48,18 @@ def plan(candidates: list[tuple[str, float]], jobs: int, limit: float) -> list[t
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     lines = Path(args.ninja).read_text().splitlines()
-    builds = [line for line in lines if line.startswith("build ")]
-    output = {line: line.split()[1].rstrip(":") for line in builds}
+    statement = {line.split()[1].rstrip(":"): line for line in lines if line.startswith("build ")}
     known = durations(Path(args.times))
     taken = {o for f in args.exclude for o in Path(f).read_text().split()}
     candidates = [
         (o, known[Path(o).name] * args.ratio)
-        for o in output.values()
+        for o in statement
         if Path(o).name in known and not Path(o).name.startswith(tuple(args.keep)) and o not in taken
     ]
     chosen = plan(candidates, args.jobs, args.seconds)
     first = {o for o, _ in chosen}
-    ordered = [next(b for b in builds if output[b] == o) for o, _ in chosen]
-    rest = [b for b in builds if output[b] not in first]
+    ordered = [statement[o] for o, _ in chosen]
+    rest = [line for o, line in statement.items() if o not in first]
     header = [line for line in lines if not line.startswith("build ")]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "build.ninja").write_text("\n".join(header + ordered + rest) + "\n")

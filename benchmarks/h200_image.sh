@@ -159,7 +159,8 @@ collect)
 extbuild)
   bwrap_from_deb
   ext=${VERLENV_EXT:-/root/extbuild} recipe=${2:?folder}/recipe.json
-  mkdir -p "$ext/src" "$ext/out" "$tree/build" "/root/scratch/$(basename "$ext")/home"
+  scratch=/root/scratch/$(basename "$ext")  # one per build folder: two builds may run at once
+  mkdir -p "$ext/src" "$ext/out" "$tree/build" "$scratch/home"
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
     "$(ls "$2"/*.tar.gz)" "$ext/src"
   if [ -f "$2/build.ninja" ]; then  # a build split by target (ext_recipe.py TARGETS): ninja over this file
@@ -170,7 +171,6 @@ extbuild)
 for k, v in sorted(json.load(open(sys.argv[1]))["env"].items()): print(f"--env={k}={v}")' "$recipe")
   command=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["command"])' "$recipe")
   date +%s > "$ext/started"
-  scratch=/root/scratch/$(basename "$ext")  # one per build folder: two builds may run at once
   setsid nohup python3 -m verlenv rootfs run "$tree" --bundle "$stash" --scratch "$scratch" --no-verify \
     --bind "$ext:/build" "${envs[@]}" -- bash -c "{ $command; } > /build/build.log 2>&1; echo \$? > /build/exit" \
     > "$ext/run.log" 2>&1 < /dev/null &

@@ -82,17 +82,17 @@ def merge(into: Path, source: Path) -> list[str]:
     header, log = read_log(into / ".ninja_log")
     _, theirs = read_log(source / ".ninja_log")
     deps, their_deps = read_deps(into / ".ninja_deps"), read_deps(source / ".ninja_deps")
-    root = _build_root(into)
+    root, their_root = _build_root(into), _build_root(source)
     taken = []
     for output, line in theirs.items():
         if output in log or output not in their_deps:
             continue  # done here already, or not finished there
         rel = Path(output).relative_to("/build")
-        shutil.copy2(_build_root(source) / rel, root / rel)
+        shutil.copy2(their_root / rel, root / rel)
         log[output], deps[output] = line, their_deps[output]
         taken.append(output)
     write_deps(into / ".ninja_deps", deps)
-    staged = into / ".ninja_log.merging"
+    staged = into / ".ninja_log.merging"  # beside it, keeping the log's usual mode (mkstemp's would be 0600)
     staged.write_text("\n".join([header, *log.values()]) + "\n")
     staged.replace(into / ".ninja_log")
     return taken
