@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import sys
 import tarfile
 import time
@@ -564,7 +565,29 @@ def _env(profile: Profile, files: list[HouseFile], epoch: int) -> tuple[tuple[st
             # CCCL then refuses every CUDA file that includes it. Its own escape hatch, recorded in the
             # config; doctor's jit-toolchain check says so.
             env.append(("NVCC_APPEND_FLAGS", "-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK"))
+    cudart = _cudart_dir(files, profile.python)
+    if cudart and any(f.name in PRELOADS_CUDART for f in files):
+        # A library given to LD_PRELOAD is loaded before any RPATH of torch's can find libcudart for
+        # it: SGLang's scheduler, started with torch_memory_saver's hook, died at exec with
+        # "python3: ... libcudart.so.13: cannot open shared object file" (H100, 2026-12-07).
+        env.append(("LD_LIBRARY_PATH", cudart))
     return tuple(env)
+
+
+PRELOADS_CUDART = ("torch-memory-saver",)  # LD_PRELOAD hooks that need libcudart.so.N (DT_NEEDED, no RUNPATH)
+_CUDART = re.compile(r"^(nvidia/.+/lib)/libcudart\.so\.\d+$")
+
+
+def _cudart_dir(files: list[HouseFile], python: str) -> str:
+    """The folder the locked CUDA runtime wheel puts libcudart.so.N in (nvidia/cu13/lib, nvidia/cuda_runtime/lib)."""
+    import zipfile
+
+    runtime = next((f for f in files if f.name.startswith("nvidia-cuda-runtime") and f.is_wheel), None)
+    if runtime is None:
+        return ""
+    with zipfile.ZipFile(runtime.path) as wheel:
+        found = sorted({m.group(1) for m in map(_CUDART.match, wheel.namelist()) if m})
+    return f"{VENV}/lib/python{python}/site-packages/{found[0]}" if found else ""
 
 
 def _minor(files: list[HouseFile], name: str) -> str:

@@ -82,7 +82,7 @@ def c_extension(work: Path, env: dict[str, str], include: Path) -> Finding:
     source = work / "probe.c"
     source.write_text(C_EXTENSION)
     target = work / f"verlenv_jit_probe{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    failed = _compile([compiler, "-shared", "-fPIC", "-O0", f"-I{include}", str(source), "-o", str(target)], env)
+    failed = run_compiler([compiler, "-shared", "-fPIC", "-O0", f"-I{include}", str(source), "-o", str(target)], env)
     if failed:
         return Finding(False, f"{compiler} cannot build a Python extension: {failed}", FIX_C)
     loaded = _load(target)
@@ -110,7 +110,8 @@ def cxx(work: Path, env: dict[str, str]) -> Finding:
     source = work / "kernel.cpp"
     source.write_text(CXX_SOURCE)
     out = work / "kernel.so"
-    failed = _compile([compiler, "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-O1", str(source), "-o", str(out)], env)
+    flags = ["-std=c++17", "-shared", "-fPIC", "-fopenmp", "-O1"]
+    failed = run_compiler([compiler, *flags, str(source), "-o", str(out)], env)
     if failed:
         return Finding(False, f"{compiler} cannot compile C++17 with OpenMP as Inductor does: {failed}", fix)
     return Finding(True, f"C++17 with OpenMP compiled by {compiler}")
@@ -130,7 +131,7 @@ def cuda(work: Path, env: dict[str, str], installed: set[str]) -> Finding | None
     source = work / "probe.cu"
     source.write_text(CUDA_SOURCE)
     nvcc = str(Path(home) / "bin" / "nvcc")
-    failed = _compile([nvcc, "-E", "-x", "cu", str(source), "-o", os.devnull], env)
+    failed = run_compiler([nvcc, "-E", "-x", "cu", str(source), "-o", os.devnull], env)
     if failed:
         hint = (
             "the CUDA compiler and runtime headers come from different CUDA minors; CCCL's escape hatch is "
@@ -157,7 +158,7 @@ def cuda_link(work: Path, env: dict[str, str], home: str, driver: bool | None = 
         driver = Path("/proc/driver/nvidia/version").exists()
     libs = ["-lcudart"] + (["-lcuda"] if driver else [])
     command = [compiler, "-shared", "-fPIC", str(source), f"-L{home}/lib64", f"-L{home}/lib64/stubs", *libs]
-    failed = _compile([*command, "-o", str(work / "link.so")], env)
+    failed = run_compiler([*command, "-o", str(work / "link.so")], env)
     if failed:
         fix = (
             f"give {home} a lib64 (-> lib), lib/libcudart.so (-> libcudart.so.N) and lib/stubs/libcuda.so; "
@@ -177,10 +178,10 @@ def _locked_toolkit(installed: set[str]) -> str:
     return ""
 
 
-def _compile(command: list[str], env: dict[str, str]) -> str:
+def run_compiler(command: list[str], env: dict[str, str], timeout: float = TIMEOUT_S) -> str:
     """'' when the command succeeded, else the last lines of what it said."""
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, check=False)
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"
     if proc.returncode == 0:

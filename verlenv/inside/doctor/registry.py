@@ -6,6 +6,7 @@ from verlenv.inside.doctor import checks_binary as b
 from verlenv.inside.doctor import checks_flashattn as fa
 from verlenv.inside.doctor import checks_install as i
 from verlenv.inside.doctor import checks_runtime as r
+from verlenv.inside.doctor import checks_sglang as s
 from verlenv.inside.doctor import checks_toolchain as t
 from verlenv.inside.doctor.model import Check
 
@@ -24,6 +25,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "jit-toolchain", "Run-time compilers: Triton's C, Inductor's C++, nvcc for JIT kernels", t.check_jit_toolchain
     ),
+    Check("sglang-jit", "SGLang's JIT kernels vs this image's nvcc and host compiler", s.check_sglang_jit),
     Check("cuda-driver", "NVIDIA driver vs the CUDA the wheels need", r.check_driver, static=False, uses_probe=True),
     Check(
         "gpu-arch", "GPU compute capability vs torch's architectures", r.check_gpu_arch, static=False, uses_probe=True
