@@ -139,9 +139,13 @@ def test_verify_checks_a_recorded_wheel_only_when_it_is_the_declared_build(repo_
     from verlenv.wheels.cache import Cache, sha256_of
     from verlenv.wheels.wheelhouse import HouseFile, Wheelhouse
 
-    profile = load_profile(repo_paths, "verl0.9.1-vllm0.24.0-torch2.11.0-cu130")
-    build = profile.build_of("flash-attn")
-    assert build is not None and build.cuda_archs == ("90",)
+    declared = load_profile(repo_paths, "verl0.9.1-vllm0.24.0-torch2.11.0-cu130")
+    real = declared.build_of("flash-attn")
+    assert real is not None
+    # the profile as it was when it declared sm_90 alone (it now declares sm_80, sm_90 and sm_100)
+    sm90_env = tuple((k, "90") if k == "FLASH_ATTN_CUDA_ARCHS" else (k, v) for k, v in real.env)
+    build = replace(real, cuda_archs=("90",), env=sm90_env)
+    profile = replace(declared, builds=(build,))
     cache, sdist, wheel = Cache(tmp_path / "cache"), tmp_path / "flash_attn-2.8.3.tar.gz", tmp_path / "w.whl"
     sdist.write_bytes(b"the sdist")
     wheel.write_bytes(b"the sm_90 wheel")
