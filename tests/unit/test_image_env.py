@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
+from tests.helpers.fakewheels import build_wheel
 from verlenv.image.build import _env
 from verlenv.profiles.profile import load_profile
 from verlenv.wheels.wheelhouse import HouseFile
@@ -14,12 +14,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 
 
 def _wheel(folder: Path, name: str, version: str, members: list[str]) -> HouseFile:
-    filename = f"{name.replace('-', '_')}-{version}-py3-none-manylinux2014_x86_64.whl"
-    path = folder / filename
-    with zipfile.ZipFile(path, "w") as wheel:
-        for member in members:
-            wheel.writestr(member, b"\x7fELF")
-    return HouseFile(name, version, filename, "0" * 64, path)
+    path = build_wheel(folder, name, version, dict.fromkeys(members, b"\x7fELF"))
+    return HouseFile(name, version, path.name, "0" * 64, path)
 
 
 def _runtime(folder: Path, lib: str) -> HouseFile:

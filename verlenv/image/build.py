@@ -576,18 +576,13 @@ def _env(profile: Profile, files: list[HouseFile], epoch: int) -> tuple[tuple[st
 
 PRELOADS_CUDART = ("torch-memory-saver",)  # LD_PRELOAD hooks that need libcudart.so.N (DT_NEEDED, no RUNPATH)
 _CUDART = re.compile(r"^(nvidia/.+/lib)/libcudart\.so\.\d+$")
+_NVCC = re.compile(r"^(.+)/bin/nvcc$")
 
 
 def _cudart_dir(files: list[HouseFile], python: str) -> str:
     """The folder the locked CUDA runtime wheel puts libcudart.so.N in (nvidia/cu13/lib, nvidia/cuda_runtime/lib)."""
-    import zipfile
-
     runtime = next((f for f in files if f.name.startswith("nvidia-cuda-runtime") and f.is_wheel), None)
-    if runtime is None:
-        return ""
-    with zipfile.ZipFile(runtime.path) as wheel:
-        found = sorted({m.group(1) for m in map(_CUDART.match, wheel.namelist()) if m})
-    return f"{VENV}/lib/python{python}/site-packages/{found[0]}" if found else ""
+    return _installed_folder(runtime, python, _CUDART)
 
 
 def _minor(files: list[HouseFile], name: str) -> str:
@@ -597,14 +592,18 @@ def _minor(files: list[HouseFile], name: str) -> str:
 
 def _cuda_home(files: list[HouseFile], python: str) -> str:
     """The toolkit folder the locked nvidia-cuda-nvcc wheel installs (site-packages/nvidia/cuXY)."""
+    return _installed_folder(next((f for f in files if f.name == "nvidia-cuda-nvcc"), None), python, _NVCC)
+
+
+def _installed_folder(wheel: HouseFile | None, python: str, member: re.Pattern[str]) -> str:
+    """Where the image's venv has the folder that ``member``'s group 1 names in ``wheel`` (its first match)."""
     import zipfile
 
-    nvcc = next((f for f in files if f.name == "nvidia-cuda-nvcc"), None)
-    if nvcc is None:
+    if wheel is None:
         return ""
-    with zipfile.ZipFile(nvcc.path) as wheel:
-        found = [n for n in wheel.namelist() if n.endswith("/bin/nvcc")]
-    return f"{VENV}/lib/python{python}/site-packages/{found[0].removesuffix('/bin/nvcc')}" if found else ""
+    with zipfile.ZipFile(wheel.path) as archive:
+        found = next((m.group(1) for m in map(member.match, archive.namelist()) if m), "")
+    return f"{VENV}/lib/python{python}/site-packages/{found}" if found else ""
 
 
 def _labels(

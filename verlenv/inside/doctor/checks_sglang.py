@@ -9,11 +9,12 @@ with no GPU: the build's self-check runs it, so such an image is never tagged.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from verlenv.inside.doctor.checks_toolchain import cxx_compiler, run_compiler
+from verlenv.inside.doctor.checks_toolchain import run_compiler
 from verlenv.inside.doctor.model import Facts, Result, Status
 
 KERNEL = "jit_kernel/csrc/elementwise/activation.cuh"
@@ -45,7 +46,7 @@ def command(nvcc: str, sglang: Path, tvm_ffi: Path, src: Path, out: Path) -> lis
 
 def host_compiler(env: dict[str, str]) -> str:
     """The g++ nvcc runs (its default: the first in PATH), with its version."""
-    compiler = cxx_compiler({**env, "CXX": ""})
+    compiler = shutil.which("g++", path=env.get("PATH", ""))
     if not compiler:
         return "no g++"
     try:
