@@ -219,3 +219,27 @@ def test_apply_removes_exactly_the_unrecorded_files(tmp_path_factory, recorded, 
         assert not (site / rel).exists()
     assert (outside / "precious.txt").read_text() == "keep"
     assert (info / "RECORD").exists()
+
+
+def test_the_self_check_s_clean_finds_what_doctor_s_stale_check_would(tmp_path: Path, venv: Venv) -> None:
+    # the build's self-check skips doctor's stale-artifacts and fails on `clean --check` instead: one scan
+    import subprocess
+    import sys
+
+    from verlenv.image.build import SELF_CHECK
+    from verlenv.inside.doctor.checks_binary import check_stale
+    from verlenv.inside.doctor.model import Facts, Status
+
+    assert "verlenv clean --check" in SELF_CHECK and "--skip stale-artifacts" in SELF_CHECK
+    venv.pip(str(_pkg(tmp_path, "2.0", {"enginepkg/__init__.py": b"v = 2"})))
+    (venv.site / "enginepkg" / "_old_C.so").write_bytes(b"\x7fELF")
+    forget(venv.site)
+    doctor = check_stale(Facts(site=venv.site, manifest_file=tmp_path / "no-manifest.json"))
+    assert doctor.status is Status.WARN and any("enginepkg/_old_C.so" in d for d in doctor.details)
+    said = subprocess.run(
+        [sys.executable, "-m", "verlenv", "clean", "--check", "--no-caches", "--json", "--site", str(venv.site)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert said.returncode == 1  # fails the build where doctor only warns
+    found = {(f["kind"], f["path"]) for f in json.loads(said.stdout)["found"]}
+    assert found == {(s.split(": ")[0], s.split(": ")[1]) for s in doctor.details}

@@ -377,10 +377,84 @@ def test_the_cuda_toolkit_is_found_as_deepgemm_looks_for_it(monkeypatch: pytest.
 def test_the_probe_starts_before_the_parser_only_for_doctor_runs_that_use_it() -> None:
     from verlenv.inside.doctor import probe
 
-    for argv in (["doctor", "--static"], ["doctor", "--skip", "import-probe"], ["clean"], ["doctor", "--list"]):
+    for argv in (["doctor", "--skip", "import-probe"], ["clean"], ["doctor", "--list"]):
         probe.start_early(argv)
         assert not probe._early, argv
-    probe.start_early(["doctor", "--json"])
+    probe.start_early(["doctor", "--static", "--write-elf-cache"])  # the build's self-check
     [early] = probe._early
     assert probe.start_probe() is early and not probe._early  # taken once, by the run it was started for
     assert "torch" in probe.finish_probe(early, 120)
+    probe.start_early(["doctor", "--json"])
+    assert "torch" in probe.finish_probe(probe.start_probe(), 120)
+
+
+def _stand_ins(root: Path, vllm: str, flashinfer: str = "") -> None:
+    """Stand-in vllm and flashinfer packages whose imports run the given code."""
+    for name, code in (("vllm", vllm), ("flashinfer", flashinfer)):
+        (root / name).mkdir()
+        (root / name / "__init__.py").write_text(code)
+
+
+_WHO = "import os; open(os.environ['WHO'] + '/{0}.pid', 'w').write(f'{{os.getpid()}} {{os.getppid()}}')\n"
+
+
+def test_vllm_imports_in_a_fork_of_the_probe_beside_the_other_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two cores here and in CI: vLLM's chain runs in a fork of the probe, after its import torch
+    from verlenv.inside.doctor import probe
+
+    _stand_ins(tmp_path, _WHO.format("vllm"), _WHO.format("flashinfer") + "raise ImportError('undefined symbol: _ZX')")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("WHO", str(tmp_path))
+    proc = probe.start_probe()
+    found = probe.finish_probe(proc, 120)
+    assert found["torch"]["version"]  # type: ignore[index]
+    assert list(found["modules"]) == ["vllm", "flashinfer"]  # EXTENSIONS order  # type: ignore[arg-type]
+    assert found["modules"]["vllm"] == "ok"  # type: ignore[index]
+    assert "undefined symbol: _ZX" in found["modules"]["flashinfer"]  # type: ignore[index]
+    vllm_pid, vllm_parent = map(int, (tmp_path / "vllm.pid").read_text().split())
+    assert vllm_parent == proc.pid != vllm_pid  # a fork of the probe
+    assert int((tmp_path / "flashinfer.pid").read_text().split()[0]) == proc.pid
+
+
+def test_a_module_that_kills_the_fork_is_named_and_the_rest_still_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from verlenv.inside.doctor import probe
+
+    _stand_ins(tmp_path, "", "raise ImportError('flashinfer: no libcuda')")
+    (tmp_path / "vllm" / "_C.py").write_text("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    found = probe.run_probe(120)
+    assert found["modules"] == {  # vllm._moe_C and the rest come after the crash: not reached
+        "vllm": "ok",
+        "vllm._C": "its import killed the process (signal 11)",
+        "flashinfer": "ImportError: flashinfer: no libcuda",
+    }
+
+
+def test_a_probe_past_its_timeout_takes_its_fork_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from verlenv.inside.doctor import probe
+
+    _stand_ins(tmp_path, _WHO.format("vllm") + "import time; time.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("WHO", str(tmp_path))
+    proc = probe.start_probe()
+    while not (tmp_path / "vllm.pid").is_file() or not (tmp_path / "vllm.pid").read_text():
+        time.sleep(0.1)
+    assert probe.finish_probe(proc, 0.5) == {"error": "the import probe did not finish within 0s"}
+    fork = int((tmp_path / "vllm.pid").read_text().split()[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{fork}").exists() and "Z" not in _state(fork) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{fork}").exists() or "Z" in _state(fork)
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+    except (OSError, StopIteration):
+        return "gone"

@@ -29,10 +29,11 @@ from verlenv import __version__
 from verlenv.errors import CheckFailed, ConfigError, IntegrityError
 from verlenv.image import expected, install, oci
 from verlenv.image.base import BaseImage, make_base
-from verlenv.image.context import VENV, group_layers, source_date_epoch, source_sha256, verlenv_wheel
+from verlenv.image.context import VENV, group_layers, source_date_epoch, source_sha256
 from verlenv.image.filemanifest import FileManifest, merge
 from verlenv.image.layerstore import LayerStore, StoredLayer
 from verlenv.image.manifest import DEFAULT_PATH, Manifest
+from verlenv.image.ownwheel import verlenv_wheel
 from verlenv.image.preload import Preloader
 from verlenv.image.services import ensure_engine
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry, Item, write_layer
@@ -45,10 +46,11 @@ from verlenv.wheels.sdists import as_wheels
 from verlenv.wheels.wheelhouse import HouseFile, fill, target_tags
 
 # Both run, at once (clean's scan beside doctor's import probe); clean's output follows doctor's, and
-# either failing fails the check.
+# either failing fails the check. Doctor skips its stale-artifacts check: that is the scan clean --check
+# makes (the same find_stale), and clean's finding fails the build where doctor's would only warn.
 SELF_CHECK = (
     'said=$(mktemp); verlenv clean --check > "$said" 2>&1 & clean=$!; '
-    "verlenv doctor --static --write-elf-cache; doctor=$?; "
+    "verlenv doctor --static --write-elf-cache --skip stale-artifacts; doctor=$?; "
     'wait $clean; cleaned=$?; cat "$said"; rm -f "$said"; '
     '[ "$doctor" = 0 ] && [ "$cleaned" = 0 ]'
 )

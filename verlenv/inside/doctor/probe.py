@@ -2,10 +2,15 @@
 
 One child process imports torch, reads CUDA / GPU / NCCL facts, and imports each compiled
 extension module it can find, recording for each the exception text instead of dying on it.
+Where it may use a second core, it forks right after `import torch` (before anything initialises
+CUDA) and vLLM's modules import in the fork: `import vllm` is the longest chain (2-3 s after
+torch's 1.3-2 s in the default image), and the fork shares torch's import instead of repeating it.
+A module whose import kills the fork (a segfaulting extension) is named, with the signal.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -68,9 +73,60 @@ def nccl_maps():
     except OSError:
         return []
     return sorted(p for p in paths if ".so" in p and "/libnccl-net" not in p)
+def import_one(name):
+    # None when the module is not installed, else "ok" or why its import failed
+    try:
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            return None
+        importlib.import_module(name)
+        return "ok"
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            return None
+        return " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
+    except BaseException as exc:
+        return " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
+def import_beside(names):
+    # import ``names`` in a fork, one JSON line per module through a pipe; returns a function that
+    # waits for the fork and gives its (name, result) pairs
+    import ctypes, os, signal
+    read, write = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        # killed with the probe: a timeout kills the probe, and an import hung here must not outlive it
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+        os.close(read)
+        with os.fdopen(write, "w") as pipe:
+            for name in names:
+                pipe.write(json.dumps([name, import_one(name)]) + "\n")
+                pipe.flush()
+        os._exit(0)
+    os.close(write)
+    def wait():
+        with os.fdopen(read) as pipe:
+            done = [json.loads(line) for line in pipe if line.endswith("\n")]
+        _, status = os.waitpid(pid, 0)
+        if len(done) < len(names):  # the fork died importing the next module
+            name = names[len(done)]
+            why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+            done.append([name, f"its import killed the process ({why})"])
+        return done
+    return wait
+def spare_core():
+    import os
+    return len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) > 1
+names = sys.argv[1:]
+beside = [n for n in names if n.split(".")[0] == "vllm"]
+later = lambda: []
 try:
     import torch
-    t = {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+    if beside and spare_core() and importlib.util.find_spec("vllm") is not None:
+        later, names = import_beside(beside), [n for n in names if n not in beside]
+    t = {"version": torch.__version__, "cuda": torch.version.cuda,
+         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
          "arch_list": torch.cuda.get_arch_list() if hasattr(torch.cuda, "get_arch_list") else [],
          "cuda_available": False, "devices": [], "nccl": None, "driver": driver_api_version()}
     try:
@@ -97,18 +153,8 @@ try:
     out["torch"] = t
 except Exception as exc:
     out["torch_error"] = describe(exc)
-for name in sys.argv[1:]:
-    try:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
-            continue
-        importlib.import_module(name)
-        out["modules"][name] = "ok"
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            continue
-        out["modules"][name] = " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
-    except BaseException as exc:
-        out["modules"][name] = " <- ".join(filter(None, [describe(exc), dlopen_error(name)]))
+imported = [(name, import_one(name)) for name in names] + later()
+out["modules"] = {name: error for name, error in sorted(imported, key=lambda p: sys.argv.index(p[0])) if error}
 print("\n@@PROBE@@" + json.dumps(out))
 """
 
@@ -120,9 +166,13 @@ def start_early(argv: list[str]) -> None:
     """Start the probe before the CLI imports anything else, when this is a doctor run that will want it.
 
     Importing the doctor's modules and building the parser takes about 0.2 s, all of it on the path
-    to the probe's answer; started here, the probe's `import torch` overlaps that too.
+    to the probe's answer; started here, the probe's `import torch` overlaps that too. The build's
+    self-check (`doctor --static`) wants it as much as a run on a GPU host does.
     """
-    wants = argv[:1] == ["doctor"] and not {"--static", "--list", "--skip", "--cluster", "-h", "--help"} & set(argv)
+    skipped = {after for before, after in itertools.pairwise(argv) if before == "--skip"}
+    skipped |= {arg.partition("=")[2] for arg in argv if arg.startswith("--skip=")}
+    wants = argv[:1] == ["doctor"] and "import-probe" not in skipped
+    wants = wants and not {"--list", "--cluster", "-h", "--help"} & set(argv)
     if wants and not _early:
         _early.append(_spawn())
 
