@@ -43,3 +43,26 @@ def test_parallel_pips_write_the_layer_one_pip_writes(  # type: ignore[no-untype
     assert layers[4].path.read_bytes() == layers[1].path.read_bytes()
     written = {e.path for e in layers[4].entries()}
     assert any(p.endswith("site-packages/opencensus/common/__init__.py") for p in written)
+
+
+def test_pip_runs_from_its_wheel_s_files_compiled_once_by_the_base(  # type: ignore[no-untyped-def]
+    engine, cpu_smoke, project_copy: ProjectPaths, cache: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # from the zip, every pip process compiled pip's sources again (1.6-1.9 s for one small wheel)
+    profile = load_profile(project_copy, "cpu-smoke")
+    files = _wheels(project_copy, profile, read_lock(project_copy.lock("cpu-smoke")), cache)
+    base = make_base(project_copy.bases, profile.base.name, cache, quiet=True)
+    scratch = Cache(tmp_path / "tree")
+    pip = install.pip_of(files)
+    installer = install.Installer(engine, base.reference, base.layer.diff_id, pip, EPOCH, LayerStore(scratch))
+    tree = install.pip_tree(installer, scratch)
+    assert tree.parent == scratch.root / "pip" and tree.name.startswith(pip.sha256[:16])
+    compiled = list((tree / "pip" / "__pycache__").glob("__init__.cpython-311.pyc"))
+    assert compiled and int.from_bytes(compiled[0].read_bytes()[4:8], "little") == 0b01  # hash-based, unchecked
+    assert not list(tree.glob("pip-*.dist-info"))  # only the package: pip is run, not installed
+
+    def no_container(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the tree is made once")
+
+    monkeypatch.setattr(install, "run_offline", no_container)
+    assert install.pip_tree(installer, scratch) == tree
