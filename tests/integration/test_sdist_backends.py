@@ -86,7 +86,7 @@ def test_verlenvs_own_wheel_is_built_by_the_locked_setuptools_whatever_the_days_
     """Its WHEEL file names the setuptools that built it, and that file is in every image's verlenv
     layer: uv's newest setuptools of the day (84.2.1 on 2026-12-07) would change every image ID at
     the next setuptools release."""
-    from verlenv.image.context import verlenv_wheel
+    from verlenv.image.ownwheel import verlenv_wheel
 
     setuptools = read_lock(backends.lock_path(repo_paths)).version_of("setuptools")
     first = verlenv_wheel(repo_paths, Cache(tmp_path / "a"), 1790294400)
@@ -97,3 +97,51 @@ def test_verlenvs_own_wheel_is_built_by_the_locked_setuptools_whatever_the_days_
         os.umask(old_umask)
     assert _generator(first.path) == f"Generator: setuptools ({setuptools})"
     assert first.sha256 == second.sha256
+
+
+def test_verlenvs_own_wheel_is_the_wheel_uv_build_makes_and_is_built_once_per_sources(
+    repo_paths: ProjectPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process with only the locked setuptools on its path replaced `uv build` (1.9-2.4 s, most of
+    it making an isolated environment): the same bytes, and nothing to do for sources built before."""
+    import shutil
+    import subprocess
+
+    from verlenv.image import ownwheel
+    from verlenv.image.context import source_files
+
+    cache = Cache(tmp_path / "cache")
+    first = ownwheel.verlenv_wheel(repo_paths, cache, 1790294400)
+    clean = tmp_path / "src"
+    for path in source_files(repo_paths.root):
+        target = clean / path.relative_to(repo_paths.root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        target.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+    subprocess.run(
+        ["uv", "build", "-q", "--wheel", "--out-dir", str(tmp_path / "uv"), "--require-hashes",
+         "--build-constraints", str(backends.lock_path(repo_paths)), str(clean)],
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1790294400"}, check=True, umask=0o022,
+    )  # fmt: skip
+    [by_uv] = (tmp_path / "uv").glob("verlenv-*.whl")
+    assert sha256_of(by_uv) == first.sha256
+    assert not list(cache.tmp.glob("verlenv-wheel-*"))  # no build folder left behind
+
+    def no_build(*_args: object) -> None:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(ownwheel, "_build", no_build)
+    assert ownwheel.verlenv_wheel(repo_paths, cache, 1790294400) == first
+    with pytest.raises(AssertionError, match="built again"):  # another epoch is another wheel
+        ownwheel.verlenv_wheel(repo_paths, cache, 1790294401)
+
+
+def test_verlenvs_own_wheel_refuses_a_build_requirement_the_backends_lock_does_not_hold(tmp_path: Path) -> None:
+    from verlenv.errors import ConfigError
+    from verlenv.image.ownwheel import _only_setuptools
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[build-system]\nrequires = ["setuptools>=68", "setuptools-scm>=8"]\n')
+    with pytest.raises(ConfigError) as caught:
+        _only_setuptools(pyproject)
+    assert str(pyproject) in caught.value.message and "setuptools-scm>=8" in caught.value.message

@@ -28,7 +28,8 @@ from packaging.requirements import Requirement
 from verlenv import __version__, atomic
 from verlenv.errors import CheckFailed, ConfigError, IntegrityError
 from verlenv.image import bundle_install
-from verlenv.image.context import group_layers, source_date_epoch, verlenv_wheel
+from verlenv.image.context import group_layers, source_date_epoch
+from verlenv.image.ownwheel import verlenv_wheel
 from verlenv.image.venv import EnvPlan, matches
 from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import Profile

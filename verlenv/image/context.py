@@ -8,19 +8,16 @@ import functools
 import hashlib
 import os
 import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import IntegrityError
-from verlenv.lock.tools import run, uv_binary
-from verlenv.paths import ProjectPaths
 from verlenv.profiles.profile import LAYER_ORDER, Profile
 from verlenv.verify.distmeta import DistMeta, read_meta
 from verlenv.verify.metadata import reachable
-from verlenv.wheels.cache import Cache, sha256_of
+from verlenv.wheels.cache import sha256_of
 from verlenv.wheels.wheelhouse import HouseFile
 
 VENV = "/opt/venv"
@@ -98,35 +95,3 @@ def source_sha256(root: Path) -> str:
     for path in source_files(root):
         digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_of(path)}\n".encode())
     return digest.hexdigest()
-
-
-def verlenv_wheel(paths: ProjectPaths, cache: Cache, epoch: int) -> HouseFile:
-    """verlenv itself, as a wheel built from this checkout: it becomes the last layer.
-
-    Built with SOURCE_DATE_EPOCH so an unchanged checkout gives the same bytes and the layer is reused,
-    and with the hash-locked backends of lockfiles/build-backends.lock: left to float, uv took the day's
-    newest setuptools (84.2.1 on 2026-12-07), whose name is in the installed WHEEL file, so the next
-    setuptools release would have changed every image ID on a fresh machine.
-    """
-    from verlenv import __version__
-    from verlenv.lock import backends
-
-    locked = backends.constraints(paths)
-    out = Path(tempfile.mkdtemp(prefix="verlenv-wheel-", dir=cache.tmp))
-    # From a copy of exactly the hashed sources: setuptools reuses a checkout's build/lib, where a
-    # module deleted from the tree lives on and would land in the wheel (seen: a stale wheels/index.py)
-    clean = out / "src"
-    for path in source_files(paths.root):
-        target = clean / path.relative_to(paths.root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-        # the wheel keeps each file's mode: the process umask (077 in a locked-down shell) must not
-        target.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
-    run(
-        [uv_binary(), "build", "--wheel", "--out-dir", str(out), *backends.uv_build_args(locked), str(clean)],
-        what=f"building the verlenv wheel (backends: {locked.name})",
-        env={"SOURCE_DATE_EPOCH": str(epoch)},
-        umask=0o022,
-    )
-    [wheel] = list(out.glob("verlenv-*.whl"))
-    return HouseFile("verlenv", __version__, wheel.name, sha256_of(wheel), wheel)

@@ -34,8 +34,9 @@ from packaging.version import InvalidVersion, Version
 
 from verlenv import __version__
 from verlenv.errors import ConfigError, ResolutionError
-from verlenv.image.context import group_layers, requirements_text, source_date_epoch, verlenv_wheel
+from verlenv.image.context import group_layers, requirements_text, source_date_epoch
 from verlenv.image.manifest import VENV_NAME, Manifest
+from verlenv.image.ownwheel import verlenv_wheel
 from verlenv.paths import ProjectPaths
 from verlenv.verify.report import require_verified
 from verlenv.wheels.cache import Cache

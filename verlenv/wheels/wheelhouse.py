@@ -287,6 +287,22 @@ def _pip_download(dist: LockedDist, cache: Cache, python: str) -> HouseFile:
     return HouseFile(dist.name, dist.version, path.name, sha, path)
 
 
+def fetch_locked(lock: Lock, name: str, cache: Cache) -> HouseFile:
+    """``name``'s pure-Python wheel from a lock with no profile (the build backends'), through the cache;
+    only a file with one of the locked hashes is taken."""
+    from packaging.utils import canonicalize_name
+
+    [dist] = [d for d in lock.dists if d.name == canonicalize_name(name)]
+    tags = target_tags(lock.header.python, lock.header.platform)
+    cached = _from_cache(dist, cache, tags, False, cache.present())
+    if cached:
+        return cached
+    choice = choose(dist, project_files(default_index_url(), dist.name), tags)
+    if choice is None:
+        raise ResolutionError(f"no file for {dist.pin} with a locked hash is on the index", hint="re-lock it")
+    return _download(choice, dist, cache, Progress(1, choice.size, quiet=True))
+
+
 def fetch_wheel(name: str, version: str, cache: Cache) -> Path:
     """One pure-Python wheel by name and version, through the cache (hash from the index, checked)."""
     return fetch_release(name, version, cache, tags=None).path
