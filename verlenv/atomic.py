@@ -1,9 +1,11 @@
-"""Write files so that a reader never sees half of one."""
+"""Write files and folders so that a reader never sees half of one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -20,3 +22,23 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def make_folder(target: Path, tmp: Path, fill: Callable[[Path], None]) -> Path:
+    """``target`` made whole or not at all: ``fill`` writes a fresh folder under ``tmp`` (same filesystem),
+    which is then renamed into place. An existing ``target`` is taken as it is; a killed run leaves only
+    its folder under ``tmp``; when another process renamed its own in first, that one is kept."""
+    if target.is_dir():
+        return target
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name[:40]}.", dir=tmp))
+    try:
+        fill(work)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            work.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target

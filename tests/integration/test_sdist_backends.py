@@ -104,7 +104,6 @@ def test_verlenvs_own_wheel_is_the_wheel_uv_build_makes_and_is_built_once_per_so
 ) -> None:
     """One process with only the locked setuptools on its path replaced `uv build` (1.9-2.4 s, most of
     it making an isolated environment): the same bytes, and nothing to do for sources built before."""
-    import shutil
     import subprocess
 
     from verlenv.image import ownwheel
@@ -113,11 +112,7 @@ def test_verlenvs_own_wheel_is_the_wheel_uv_build_makes_and_is_built_once_per_so
     cache = Cache(tmp_path / "cache")
     first = ownwheel.verlenv_wheel(repo_paths, cache, 1790294400)
     clean = tmp_path / "src"
-    for path in source_files(repo_paths.root):
-        target = clean / path.relative_to(repo_paths.root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-        target.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+    ownwheel.clean_copy(repo_paths.root, source_files(repo_paths.root), clean)
     subprocess.run(
         ["uv", "build", "-q", "--wheel", "--out-dir", str(tmp_path / "uv"), "--require-hashes",
          "--build-constraints", str(backends.lock_path(repo_paths)), str(clean)],
@@ -127,7 +122,7 @@ def test_verlenvs_own_wheel_is_the_wheel_uv_build_makes_and_is_built_once_per_so
     assert sha256_of(by_uv) == first.sha256
     assert not list(cache.tmp.glob("verlenv-wheel-*"))  # no build folder left behind
 
-    def no_build(*_args: object) -> None:
+    def no_build(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("built again")
 
     monkeypatch.setattr(ownwheel, "_build", no_build)

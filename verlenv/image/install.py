@@ -23,8 +23,10 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from verlenv import atomic
 from verlenv.errors import CheckFailed, ConfigError
 from verlenv.image.context import VENV, requirements_text, stage_wheels
 from verlenv.image.layerstore import LayerStore, StoredLayer
@@ -169,26 +171,17 @@ def pip_tree(installer: Installer, cache: Cache) -> Path:
     base = installer.base_diff_id.removeprefix("sha256:")[:16]
     tree = cache.root / "pip" / f"{installer.pip.sha256[:16]}-{base}"
     with _PIP_TREE:
-        if not (tree / "pip" / "__main__.py").is_file():
-            _make_pip_tree(installer, cache, tree)
-    return tree
+        return atomic.make_folder(tree, cache.tmp, partial(_fill_pip_tree, installer))
 
 
-def _make_pip_tree(installer: Installer, cache: Cache, tree: Path) -> None:
-    work = Path(tempfile.mkdtemp(prefix="verlenv-pip-", dir=cache.tmp))
-    try:
-        with zipfile.ZipFile(installer.pip.path) as wheel:
-            wheel.extractall(work, [m for m in wheel.namelist() if m.startswith("pip/")])
-        script = "python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash /pip/pip"
-        volumes = {str(work): {"bind": "/pip", "mode": "rw"}}
-        code, output = run_offline(installer.client, installer.base_ref, script, volumes, {"PYTHONHASHSEED": "0"})
-        if code != 0:
-            raise CheckFailed(f"compiling pip {installer.pip.version} in the base failed:\n{output.strip()[-2000:]}")
-        tree.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tree, ignore_errors=True)  # a tree left half-made by a killed build
-        work.rename(tree)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def _fill_pip_tree(installer: Installer, work: Path) -> None:
+    with zipfile.ZipFile(installer.pip.path) as wheel:
+        wheel.extractall(work, [m for m in wheel.namelist() if m.startswith("pip/")])
+    script = "python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash /pip/pip"
+    volumes = {str(work): {"bind": "/pip", "mode": "rw"}}
+    code, output = run_offline(installer.client, installer.base_ref, script, volumes, {"PYTHONHASHSEED": "0"})
+    if code != 0:
+        raise CheckFailed(f"compiling pip {installer.pip.version} in the base failed:\n{output.strip()[-2000:]}")
 
 
 def run_offline(client, image: str, script: str, volumes: dict, env: dict[str, str]) -> tuple[int, str]:  # type: ignore[no-untyped-def, type-arg]

@@ -18,12 +18,14 @@ import sys
 import tempfile
 import zipfile
 import zlib
+from functools import partial
 from pathlib import Path
 
 import tomllib
 
+from verlenv import atomic
 from verlenv.errors import ConfigError
-from verlenv.image.context import source_files
+from verlenv.image.context import source_files, source_sha256
 from verlenv.lock import backends
 from verlenv.lock.lockfile import read_lock
 from verlenv.lock.tools import run
@@ -45,8 +47,9 @@ def verlenv_wheel(paths: ProjectPaths, cache: Cache, epoch: int) -> HouseFile:
     setuptools = fetch_locked(read_lock(backends.constraints(paths)), "setuptools", cache)
     files = source_files(paths.root)
     done = cache.root / "own" / _key(paths.root, files, epoch, setuptools.sha256)
-    if not list(done.glob("verlenv-*.whl")):
-        _build(paths.root, files, epoch, _backend_tree(setuptools, cache), done, cache)
+    if not done.is_dir():
+        backend = _backend_tree(setuptools, cache)
+        atomic.make_folder(done, cache.tmp, partial(_build, paths.root, files, epoch, backend, cache=cache))
     [wheel] = list(done.glob("verlenv-*.whl"))
     return HouseFile("verlenv", __version__, wheel.name, sha256_of(wheel), wheel)
 
@@ -66,14 +69,13 @@ def _only_setuptools(pyproject: Path) -> None:
 
 
 def _key(root: Path, files: list[Path], epoch: int, setuptools: str) -> str:
-    """Everything the wheel's bytes depend on: each file's path, content and executable bit, the epoch,
-    the setuptools, and this interpreter's zlib (it writes the deflated members)."""
-    digest = hashlib.sha256()
-    for path in files:
-        executable = int(bool(path.stat().st_mode & 0o100))
-        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_of(path)}\0{executable}\n".encode())
+    """Everything the wheel's bytes depend on: the sources (source_sha256: each file's path and content)
+    and which of them are executable, the epoch, the setuptools, and this interpreter's zlib (it writes
+    the deflated members)."""
+    executable = [path.relative_to(root).as_posix() for path in files if path.stat().st_mode & 0o100]
     inputs = {
-        "sources": digest.hexdigest(),
+        "sources": source_sha256(root),
+        "executable": executable,
         "epoch": epoch,
         "setuptools": setuptools,
         "zlib": zlib.ZLIB_RUNTIME_VERSION,
@@ -83,44 +85,37 @@ def _key(root: Path, files: list[Path], epoch: int, setuptools: str) -> str:
 
 def _backend_tree(setuptools: HouseFile, cache: Cache) -> Path:
     """The locked setuptools unpacked and compiled once, kept by its wheel's sha256."""
-    tree = cache.root / "backends" / setuptools.sha256
-    if (tree / "setuptools" / "build_meta.py").is_file():
-        return tree
-    work = Path(tempfile.mkdtemp(prefix="verlenv-setuptools-", dir=cache.tmp))
-    try:
+
+    def fill(work: Path) -> None:
         with zipfile.ZipFile(setuptools.path) as archive:
             archive.extractall(work)
         run([sys.executable, "-m", "compileall", "-qq", str(work)], what="compiling the locked setuptools")
-        tree.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tree, ignore_errors=True)
-        work.rename(tree)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return tree
+
+    return atomic.make_folder(cache.root / "backends" / setuptools.sha256, cache.tmp, fill)
 
 
-def _build(root: Path, files: list[Path], epoch: int, backend: Path, done: Path, cache: Cache) -> None:
-    work = Path(tempfile.mkdtemp(prefix="verlenv-wheel-", dir=cache.tmp))
-    try:
-        # From a copy of exactly the hashed sources: setuptools reuses a checkout's build/lib, where a
-        # module deleted from the tree lives on and would land in the wheel (seen: a stale wheels/index.py)
-        clean = work / "src"
-        for path in files:
-            target = clean / path.relative_to(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            # the wheel keeps each file's mode: the process umask (077 in a locked-down shell) must not
-            target.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
-        out = work / "out"
+def clean_copy(root: Path, files: list[Path], target: Path) -> None:
+    """``files`` of ``root`` copied under ``target`` with modes that do not depend on the umask.
+
+    From a copy of exactly the hashed sources: setuptools reuses a checkout's build/lib, where a module
+    deleted from the tree lives on and would land in the wheel (seen: a stale wheels/index.py)."""
+    for path in files:
+        copy = target / path.relative_to(root)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+        # the wheel keeps each file's mode: the process umask (077 in a locked-down shell) must not
+        copy.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+
+
+def _build(root: Path, files: list[Path], epoch: int, backend: Path, work: Path, cache: Cache) -> None:
+    """The wheel into ``work``, built in a clean copy of the sources beside it in the cache's tmp."""
+    with tempfile.TemporaryDirectory(prefix="verlenv-wheel-", dir=cache.tmp) as tmp:
+        clean = Path(tmp) / "src"
+        clean_copy(root, files, clean)
         run(
-            [sys.executable, "-E", "-S", "-s", "-c", _BUILD, str(backend), str(out)],
+            [sys.executable, "-E", "-S", "-s", "-c", _BUILD, str(backend), str(work)],
             what="building the verlenv wheel with the locked setuptools",
             cwd=clean,
             env={"SOURCE_DATE_EPOCH": str(epoch)},
             umask=0o022,
         )
-        done.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(done, ignore_errors=True)
-        out.rename(done)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
