@@ -1,5 +1,6 @@
 """Several pips installing one layer at once give the layer one pip gives, byte for byte: real pip
-in a container of the real base, real wheels from cpu-smoke's lock (two of which ship one path)."""
+in a container of the real base, real wheels from cpu-smoke's lock (two of which ship one path).
+(pip installs layers where the lock's pip is one wheelstream.py does not reproduce.)"""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def test_parallel_pips_write_the_layer_one_pip_writes(  # type: ignore[no-untype
     for pips in (1, 4):
         monkeypatch.setattr(install, "MAX_PIPS", pips)
         scratch = Cache(tmp_path / f"pips-{pips}")
+        pip, store = install.pip_of(files), LayerStore(scratch)
         installer = install.Installer(
-            engine, base.reference, base.layer.diff_id, install.pip_of(files), EPOCH, LayerStore(scratch), fresh=True
+            engine, base.reference, base.layer.diff_id, pip, EPOCH, store, fresh=True, stream=False
         )
         layers[pips] = install.wheels_layer(installer, scratch, "deps", chosen)
     assert layers[4].diff_id == layers[1].diff_id

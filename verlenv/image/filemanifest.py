@@ -47,10 +47,10 @@ class FileManifest:
 
     @classmethod
     def read(cls, path: Path) -> FileManifest:
-        from verlenv.image.layerstore import _entry
+        from verlenv.image.layerstore import parse_entry
 
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            return cls(tuple(_entry(line) for line in handle.read().splitlines()))
+            return cls(tuple(parse_entry(line) for line in handle.read().splitlines()))
 
 
 def merge(layers: Sequence[Iterable[Entry]]) -> FileManifest:

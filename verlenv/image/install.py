@@ -9,6 +9,10 @@ machine. The layer writer (tarlayer.py) turns the tree into the layer.
 pip runs from its own wheel's files, unpacked once per machine and compiled by the base's Python
 (`pip_tree`): run from the zip, every pip process compiled its ~1 MB of sources again (1.6-1.9 s
 for one small wheel, 0.5-0.7 s from the compiled tree), and a cold build starts about 20 of them.
+
+Where the lock's pip is one whose installs wheelstream.py reproduces byte for byte, the layer is
+written in the container straight from the wheels instead (no tree, no read-back): the same bytes,
+so the same key and the same stored layer.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from pathlib import Path
 
 from verlenv import atomic
 from verlenv.errors import CheckFailed, ConfigError
+from verlenv.image import wheelstream
 from verlenv.image.context import VENV, requirements_text, stage_wheels
-from verlenv.image.layerstore import LayerStore, StoredLayer
+from verlenv.image.layerstore import LayerStore, StoredLayer, parse_entry
 from verlenv.image.pipgroups import install_groups
-from verlenv.image.tarlayer import Item, tree_items, write_layer
+from verlenv.image.tarlayer import FILE, Item, LayerInfo, tree_items, write_layer
 from verlenv.wheels.cache import Cache
 from verlenv.wheels.wheelhouse import HouseFile
 
@@ -57,6 +62,11 @@ class Installer:
     store: LayerStore
     fresh: bool = False  # install again even when the store has the layer (--no-cache)
     report: Callable[[str], None] | None = None  # where each layer's install and write times go
+    stream: bool | None = None  # write layers straight from the wheels; None: where the locked pip allows
+
+    @property
+    def streams(self) -> bool:
+        return self.stream if self.stream is not None else self.pip.version in wheelstream.PIP_RELEASES
 
     def key(self, name: str, payload: str) -> str:
         blob = json.dumps(
@@ -100,6 +110,8 @@ def wheels_layer(
     found = None if installer.fresh else installer.store.find(key)
     if found:
         return found
+    if installer.streams:
+        return _streamed(installer, cache, key, name, items, extra)
     pip = f"{VENV}/bin/python3 /pip/pip"  # the locked pip's own files (pip_tree)
     one = (
         f"{pip} install -q --no-index --no-deps --require-hashes --no-compile --ignore-installed "
@@ -142,6 +154,68 @@ def _build(
             write = time.monotonic() - installed
             installer.report(f"layer {name}: installed in {installed - started:.1f}s, written in {write:.1f}s")
     return installer.store.put(key, staged, info)
+
+
+def _streamed(
+    installer: Installer, cache: Cache, key: str, name: str, items: tuple[HouseFile, ...], extra: tuple[Item, ...]
+) -> StoredLayer:
+    """The layer written by wheelstream.py in a container of the base, into a folder beside the store
+    (so the tar is renamed in, never copied)."""
+    with tempfile.TemporaryDirectory(prefix=f"verlenv-layer-{name}-", dir=cache.tmp) as tmp:
+        wheels = Path(tmp) / "wheels"
+        stage_wheels(wheels, items)
+        plan = {
+            "prefix": VENV,
+            "epoch": installer.epoch,
+            "wheels_dir": "/wheels",
+            "wheels": [{"name": h.name, "file": h.filename} for h in items],
+            "extra": [_extra_spec(item, wheels, n) for n, item in enumerate(extra)],
+        }
+        (wheels / wheelstream.PLAN).write_text(json.dumps(plan))
+        out = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=installer.store.root))
+        try:
+            started = time.monotonic()
+            _run_stream(installer, name, wheels, out)
+            summary = json.loads((out / wheelstream.INFO).read_text())
+            entries = tuple(parse_entry(line) for line in summary["entries"])
+            stored = installer.store.put(
+                key, out / wheelstream.TAR, LayerInfo(summary["diff_id"], summary["size"], entries)
+            )
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    if installer.report:
+        installer.report(f"layer {name}: installed and written in {time.monotonic() - started:.1f}s")
+    return stored
+
+
+def _extra_spec(item: Item, folder: Path, number: int) -> dict[str, object]:
+    entry = item.entry
+    spec: dict[str, object] = {"path": entry.path, "kind": entry.kind, "mode": entry.mode, "size": entry.size}
+    spec |= {"target": entry.target, "uid": entry.uid, "gid": entry.gid}
+    if entry.kind == FILE and item.open is not None:
+        with item.open() as source:
+            (folder / f"extra-{number}").write_bytes(source.read())
+        spec["data"] = f"extra-{number}"
+    return spec
+
+
+def _run_stream(installer: Installer, name: str, wheels: Path, out: Path) -> None:
+    package = Path(wheelstream.__file__).resolve().parents[1]  # verlenv/, read-only on PYTHONPATH
+    volumes = {
+        str(wheels): {"bind": "/wheels", "mode": "ro"},
+        str(package): {"bind": "/verlenv-src/verlenv", "mode": "ro"},
+        str(out): {"bind": "/layer", "mode": "rw"},
+    }
+    env = {"PYTHONPATH": "/verlenv-src", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env["SOURCE_DATE_EPOCH"] = str(installer.epoch)
+    script = (
+        f"set -e; python3 -m venv --without-pip {VENV}; "
+        f"{VENV}/bin/python3 -m verlenv.image.wheelstream /wheels/{wheelstream.PLAN} /layer"
+    )
+    code, output = run_offline(installer.client, installer.base_ref, script, volumes, env)
+    if code != 0:
+        tail = output.strip().splitlines()[-25:]
+        raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
 
 
 def _write_groups(wheels: Path, items: tuple[HouseFile, ...]) -> None:

@@ -33,10 +33,11 @@ def _entries(path: Path) -> tuple[Entry, ...]:
     """A stored layer's entries, parsed once: its file is named by the DiffID and never rewritten with
     other content, and one build reads each layer's three times (files manifest, record, check)."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return tuple(_entry(line) for line in handle.read().splitlines())
+        return tuple(parse_entry(line) for line in handle.read().splitlines())
 
 
-def _entry(line: str) -> Entry:
+def parse_entry(line: str) -> Entry:
+    """An entry from its ``Entry.line()`` form."""
     path, kind, mode, owner, size, sha256, target = line.split("\t")
     uid, gid = owner.split(":")
     return Entry(path, kind, int(mode, 8), int(size), sha256, target, int(uid), int(gid))

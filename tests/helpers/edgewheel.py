@@ -1,0 +1,48 @@
+"""A wheel made of the corners of pip's install: .data schemes, a `#!python` script, a setuptools
+launcher pip replaces, console and gui entry points, a file RECORD leaves out, executable members,
+a source that does not compile, a shipped .pyc, a .py inside __pycache__."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+from tests.helpers.fakewheels import record_digest
+from verlenv.wheels.wheelhouse import HouseFile
+
+NAME, VERSION = "edgecase", "1.0"
+INFO, DATA = f"{NAME}-{VERSION}.dist-info", f"{NAME}-{VERSION}.data"
+FILES = {
+    "edgecase/__init__.py": b"VALUE = 1\n",
+    "edgecase/broken.py": b"def broken(:\n",  # no .pyc: compileall leaves it uncompiled
+    "edgecase/run.py": b"#!/usr/bin/env python3\nprint('run')\n",
+    "edgecase/__pycache__/stale.py": b"x = 1\n",  # compileall never walks into __pycache__
+    "edgecase/__pycache__/__init__.cpython-311.pyc": b"not a pyc",  # replaced by the compiled one
+    f"{DATA}/scripts/edge-tool": b"#!python\nimport edgecase\n",  # pip rewrites the #! line
+    f"{DATA}/scripts/edge-cli": b"#!python\n# setuptools' launcher: pip writes its own\n",
+    f"{DATA}/headers/edge.h": b"int edge(void);\n",
+    f"{DATA}/data/share/edgecase/notes.txt": b"notes\n",
+    f"{DATA}/purelib/edgecase_extra.py": b"EXTRA = 2\n",
+    f"{INFO}/METADATA": f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n".encode(),
+    f"{INFO}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    f"{INFO}/entry_points.txt": (
+        b"[console_scripts]\nedge-cli = edgecase:main\nedge-deep = edgecase.run:Main.go\n"
+        b"[gui_scripts]\nedge-gui = edgecase.ui:run [extra]\n"
+    ),
+}
+UNLISTED = "edgecase/unlisted.txt"  # in the zip, not in RECORD
+EXECUTABLE = {"edgecase/run.py", f"{DATA}/scripts/edge-tool"}
+
+
+def edge_wheel(dest: Path, files: dict[str, bytes] | None = None, name: str = NAME) -> HouseFile:
+    """The wheel (``files`` in place of FILES where given), as a wheelhouse entry."""
+    files = dict(FILES if files is None else files)
+    record = "".join(f"{p},sha256={record_digest(d)},{len(d)}\n" for p, d in files.items()) + f"{INFO}/RECORD,,\n"
+    path = dest / f"{name}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in [*files.items(), (UNLISTED, b"unlisted\n"), (f"{INFO}/RECORD", record.encode())]:
+            info = zipfile.ZipInfo(member, (2026, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if member in EXECUTABLE else 0o100644) << 16
+            archive.writestr(info, data, zipfile.ZIP_DEFLATED)
+    return HouseFile(name, VERSION, path.name, hashlib.sha256(path.read_bytes()).hexdigest(), path)
