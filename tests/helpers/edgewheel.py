@@ -5,6 +5,7 @@ a source that does not compile, a shipped .pyc, a .py inside __pycache__."""
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 from pathlib import Path
 
@@ -37,12 +38,31 @@ EXECUTABLE = {"edgecase/run.py", f"{DATA}/scripts/edge-tool"}
 
 def edge_wheel(dest: Path, files: dict[str, bytes] | None = None, name: str = NAME) -> HouseFile:
     """The wheel (``files`` in place of FILES where given), as a wheelhouse entry."""
-    files = dict(FILES if files is None else files)
-    record = "".join(f"{p},sha256={record_digest(d)},{len(d)}\n" for p, d in files.items()) + f"{INFO}/RECORD,,\n"
-    path = dest / f"{name}-{VERSION}-py3-none-any.whl"
+    return _wheel(dest, name, INFO, {**(FILES if files is None else files), UNLISTED: b"unlisted\n"}, {UNLISTED})
+
+
+def plain_wheel(dest: Path, name: str, files: dict[str, bytes]) -> HouseFile:
+    """A pure wheel of ``name`` holding ``files``."""
+    info = f"{_escaped(name)}-{VERSION}.dist-info"
+    meta = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {VERSION}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    return _wheel(dest, name, info, {**files, **meta})
+
+
+def _wheel(dest: Path, name: str, info: str, files: dict[str, bytes], unlisted: set[str] = frozenset()) -> HouseFile:  # type: ignore[assignment]
+    listed = [(p, d) for p, d in files.items() if p not in unlisted]
+    record = "".join(f"{p},sha256={record_digest(d)},{len(d)}\n" for p, d in listed) + f"{info}/RECORD,,\n"
+    path = dest / f"{_escaped(name)}-{VERSION}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for member, data in [*files.items(), (UNLISTED, b"unlisted\n"), (f"{INFO}/RECORD", record.encode())]:
+        for member, data in [*files.items(), (f"{info}/RECORD", record.encode())]:
             info = zipfile.ZipInfo(member, (2026, 1, 1, 0, 0, 0))
             info.external_attr = (0o100755 if member in EXECUTABLE else 0o100644) << 16
             archive.writestr(info, data, zipfile.ZIP_DEFLATED)
     return HouseFile(name, VERSION, path.name, hashlib.sha256(path.read_bytes()).hexdigest(), path)
+
+
+def _escaped(name: str) -> str:
+    """A distribution name as wheel filenames and .dist-info folders spell it."""
+    return re.sub(r"[-_.]+", "_", name)

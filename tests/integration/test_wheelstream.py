@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.edgewheel import FILES, INFO, edge_wheel
+from tests.helpers.edgewheel import FILES, INFO, edge_wheel, plain_wheel
 from verlenv.errors import CheckFailed
 from verlenv.image import install
 from verlenv.image.base import make_base
@@ -41,13 +41,17 @@ def test_streamed_layer_is_pip_s_layer_byte_for_byte(  # type: ignore[no-untyped
     engine, cpu_smoke_files, project_copy: ProjectPaths, cache: Cache, tmp_path: Path
 ) -> None:
     edge = edge_wheel(tmp_path)
+    # two wheels shipping one path with different bytes: which one stays is pip's install order
+    clash = [
+        plain_wheel(tmp_path, n, {"clash/__init__.py": f"OWNER = {n!r}\n".encode()}) for n in ("clash-a", "clash_b")
+    ]
     layers = {}
     for stream in (False, True):
         scratch = Cache(tmp_path / f"stream-{stream}")
         installer, groups, pip = _installer(engine, project_copy, cache, scratch, stream)
         deps = groups["deps"]
         chosen = tuple(h for h in deps if h.name in COLLIDING) + tuple(h for h in deps if h.name not in COLLIDING)[:12]
-        chosen = tuple(sorted({*chosen, pip, edge}, key=lambda h: h.name))
+        chosen = tuple(sorted({*chosen, pip, edge, *clash}, key=lambda h: h.name))
         layers[stream] = install.wheels_layer(installer, scratch, "deps", chosen)
     assert layers[True].diff_id == layers[False].diff_id
     assert layers[True].entries() == layers[False].entries()
@@ -63,9 +67,11 @@ def test_streamed_layer_is_pip_s_layer_byte_for_byte(  # type: ignore[no-untyped
         tool = tar.extractfile("opt/venv/bin/edge-tool").read()  # type: ignore[union-attr]
         launcher = tar.extractfile("opt/venv/bin/edge-cli").read()  # type: ignore[union-attr]
         record = tar.extractfile(f"{SITE}/edgecase-1.0.dist-info/RECORD").read().decode()  # type: ignore[union-attr]
+        owner = tar.extractfile(f"{SITE}/clash/__init__.py").read()  # type: ignore[union-attr]
     assert tool.startswith(b"#!/opt/venv/bin/python3\n")
     assert b"from edgecase import main" in launcher and b"setuptools" not in launcher
     assert "../../../bin/edge-tool,sha256=" in record and "edgecase/unlisted.txt,," in record
+    assert owner == b"OWNER = 'clash-a'\n"  # pip installs by canonical name, descending: the first name last
 
 
 def test_a_wheel_pip_would_refuse_fails_the_layer_naming_it(  # type: ignore[no-untyped-def]

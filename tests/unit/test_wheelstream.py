@@ -77,3 +77,8 @@ def test_a_long_interpreter_path_is_exec_ed_through_sh() -> None:
     assert wheelstream._shebang("/opt/venv/bin/python3") == b"#!/opt/venv/bin/python3\n"
     long = "/" + "x" * 130 + "/python3"
     assert wheelstream._shebang(long).startswith(b"#!/bin/sh\n'''exec' " + long.encode())
+
+
+def test_pip_s_install_order_names_descending() -> None:
+    wheels = [{"name": n} for n in ("Clash_A", "clash-b", "zeta", "alpha.x")]
+    assert [w["name"] for w in wheelstream.install_order(wheels)] == ["zeta", "clash-b", "Clash_A", "alpha.x"]

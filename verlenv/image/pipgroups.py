@@ -4,7 +4,8 @@ pip unpacks one wheel after another on one core: 24 s of the default deps layer'
 second core waited. Wheels whose installed paths are disjoint land the same whatever the order, so
 installing them from several pip processes gives the same tree, and (the layer writer sorts and
 normalizes) the same layer bytes. Wheels that would write one path (a console script two packages
-declare, a module shipped twice) stay in one group in their original order, so the same one wins.
+declare, a module shipped twice) stay in one group, so one pip orders them as a single pip would
+(by name, descending: wheelstream.install_order) and the same one wins.
 """
 
 from __future__ import annotations

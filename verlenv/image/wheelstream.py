@@ -5,10 +5,11 @@ pip ran), with verlenv's package mounted read-only on PYTHONPATH; it needs the s
 and ``tarlayer`` only. It writes what the locked pip (``PIP_RELEASES``) followed by
 ``compileall --invalidation-mode unchecked-hash`` left in the tree, byte for byte: the same files
 at the same places, RECORD, INSTALLER and REQUESTED as pip writes them, pip's console-script
-launchers and ``#!python`` fix-ups, and .pyc compiled by this interpreter under the same source
-names. But the entries come from the wheels into the tar: no tree is written to disk, read back,
-hashed and removed (75 core-s of verlenv's and most of pip's own 90 core-s in a cold default
-build). tests/integration/test_wheelstream.py holds it to pip's layer, DiffID for DiffID.
+launchers and ``#!python`` fix-ups, and the .pyc of this interpreter's own ``python -m compileall``
+run over the sources alone. The other entries go from the wheels into the tar: the tree is not
+written to disk, read back, hashed and removed (in a cold default build, 75 core-s of verlenv's
+and most of the 90 core-s of pip's own per-file work). tests/integration/test_wheelstream.py holds
+it to pip's layer, DiffID for DiffID.
 
 What pip would refuse is refused here, naming the wheel: a second or a missing .dist-info, a Wheel
 major version other than 1, a path that leaves its scheme directory, an entry point without a
@@ -384,7 +385,7 @@ def install(plan: dict, out: Path) -> dict:  # type: ignore[type-arg]
     ``out``/layer.json."""
     prefix, executable = plan["prefix"], sys.executable
     files: dict[str, Placed] = {}
-    for wheel in plan["wheels"]:  # in order: where two wheels ship one path, the later one wins, as in pip
+    for wheel in install_order(plan["wheels"]):  # where two wheels ship one path, the later one's stays
         _Wheel(os.path.join(plan["wheels_dir"], wheel["file"]), wheel["name"], prefix, files).install(executable)
     files.update(_compiled(files, prefix))
     extra = [_extra_item(e, plan["wheels_dir"]) for e in plan.get("extra", ())]
@@ -392,6 +393,13 @@ def install(plan: dict, out: Path) -> dict:  # type: ignore[type-arg]
     summary = {"diff_id": info.diff_id, "size": info.size, "entries": [e.line() for e in info.entries]}
     (out / INFO).write_text(json.dumps(summary))
     return summary
+
+
+def install_order(wheels: list[dict[str, str]]) -> list[dict[str, str]]:
+    """pip's order with --no-deps: every requirement weighs the same in its resolver, and ties go by
+    canonical name, descending (get_installation_order). So of two wheels that ship one path, the
+    one whose name sorts first is installed last, and its file is the one left."""
+    return sorted(wheels, key=lambda wheel: _canonical(wheel["name"]), reverse=True)
 
 
 def _extra_item(spec: dict, folder: str) -> Item:  # type: ignore[type-arg]
