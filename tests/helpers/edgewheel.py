@@ -32,6 +32,7 @@ FILES = {
         b"[gui_scripts]\nedge-gui = edgecase.ui:run [extra]\n"
     ),
 }
+METADATA = {k: v for k, v in FILES.items() if k.startswith(f"{INFO}/")}  # a wheel of nothing else
 UNLISTED = "edgecase/unlisted.txt"  # in the zip, not in RECORD
 EXECUTABLE = {"edgecase/run.py", f"{DATA}/scripts/edge-tool"}
 

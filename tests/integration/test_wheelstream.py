@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.edgewheel import FILES, INFO, edge_wheel, plain_wheel
+from tests.helpers.edgewheel import METADATA, edge_wheel, plain_wheel
 from verlenv.errors import CheckFailed
 from verlenv.image import install
 from verlenv.image.base import make_base
@@ -79,12 +79,8 @@ def test_a_wheel_pip_would_refuse_fails_the_layer_naming_it(  # type: ignore[no-
 ) -> None:
     scratch = Cache(tmp_path / "refused")
     installer, _, _ = _installer(engine, project_copy, cache, scratch, True)
-    escaping = edge_wheel(tmp_path, {"../../escape.py": b"x = 1\n", **_metadata()})
+    escaping = edge_wheel(tmp_path, {"../../escape.py": b"x = 1\n", **METADATA})
     with pytest.raises(CheckFailed, match=r"edgecase-1.0-py3-none-any.whl: .*would install outside"):
         install.wheels_layer(installer, scratch, "deps", (escaping,))
     assert not list(LayerStore(scratch).root.glob("*.tar")), "nothing was stored"
     assert not [p for p in LayerStore(scratch).root.iterdir() if p.name.startswith(".deps-")], "no scratch left"
-
-
-def _metadata() -> dict[str, bytes]:
-    return {k: v for k, v in FILES.items() if k.startswith(f"{INFO}/")}

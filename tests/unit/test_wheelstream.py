@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.edgewheel import FILES, INFO, edge_wheel
+from tests.helpers.edgewheel import FILES, INFO, METADATA, edge_wheel
 from verlenv.image import wheelstream
-
-META = {k: v for k, v in FILES.items() if k.startswith(f"{INFO}/")}
 
 
 def _run(tmp_path: Path, files: dict[str, bytes], name: str = "edgecase") -> tuple[int, Path]:
@@ -32,11 +30,11 @@ def _run(tmp_path: Path, files: dict[str, bytes], name: str = "edgecase") -> tup
 @pytest.mark.parametrize(
     ("files", "said"),
     [
-        ({**META, f"{INFO}/WHEEL": b"Wheel-Version: 2.0\nRoot-Is-Purelib: true\n"}, "Wheel-Version '2.0'"),
-        ({**META, "../../escape.py": b"x = 1\n"}, "would install outside"),
-        ({**META, "edgecase-1.0.data/nowhere/x": b"x"}, "unknown scheme key 'nowhere'"),
-        ({**META, "other-1.0.dist-info/METADATA": b"Name: other\n"}, "2 .dist-info directories"),
-        ({**META, f"{INFO}/entry_points.txt": b"[console_scripts]\nedge = edgecase\n"}, "names no module:callable"),
+        ({**METADATA, f"{INFO}/WHEEL": b"Wheel-Version: 2.0\nRoot-Is-Purelib: true\n"}, "Wheel-Version '2.0'"),
+        ({**METADATA, "../../escape.py": b"x = 1\n"}, "would install outside"),
+        ({**METADATA, "edgecase-1.0.data/nowhere/x": b"x"}, "unknown scheme key 'nowhere'"),
+        ({**METADATA, "other-1.0.dist-info/METADATA": b"Name: other\n"}, "2 .dist-info directories"),
+        ({**METADATA, f"{INFO}/entry_points.txt": b"[console_scripts]\nedge = edgecase\n"}, "names no module:callable"),
     ],
 )
 def test_refused_naming_the_wheel_with_nothing_written(
@@ -50,7 +48,7 @@ def test_refused_naming_the_wheel_with_nothing_written(
 
 
 def test_a_dist_info_of_another_project_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _ = _run(tmp_path, META, name="other")
+    code, _ = _run(tmp_path, METADATA, name="other")
     assert code == 3 and "does not start with 'other'" in capsys.readouterr().err
 
 

@@ -45,7 +45,7 @@ PREFIX = VENV.lstrip("/")
 GROUP_GLOB = "group-*.txt"
 MAX_PIPS = 4  # pip processes installing one layer at once
 _COMPILE = (
-    f"PYTHONHASHSEED=0 {VENV}/bin/python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash "
+    f"PYTHONHASHSEED=0 {VENV}/bin/python3 {' '.join(wheelstream.COMPILEALL)} "
     f"-s /out -p {VENV} /out || true"  # files meant for other Pythons (torch's py312 intrinsics) never compile
 )
 
@@ -212,10 +212,7 @@ def _run_stream(installer: Installer, name: str, wheels: Path, out: Path) -> Non
         f"set -e; python3 -m venv --without-pip {VENV}; "
         f"{VENV}/bin/python3 -m verlenv.image.wheelstream /wheels/{wheelstream.PLAN} /layer"
     )
-    code, output = run_offline(installer.client, installer.base_ref, script, volumes, env)
-    if code != 0:
-        tail = output.strip().splitlines()[-25:]
-        raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
+    _installed(name, *run_offline(installer.client, installer.base_ref, script, volumes, env))
 
 
 def _write_groups(wheels: Path, items: tuple[HouseFile, ...]) -> None:
@@ -230,7 +227,10 @@ def _run(installer: Installer, cache: Cache, name: str, script: str, wheels: Pat
         str(out): {"bind": "/out", "mode": "rw"},
     }
     env = {"SOURCE_DATE_EPOCH": str(installer.epoch), "PIP_NO_CACHE_DIR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    code, output = run_offline(installer.client, installer.base_ref, script, volumes, env)
+    _installed(name, *run_offline(installer.client, installer.base_ref, script, volumes, env))
+
+
+def _installed(name: str, code: int, output: str) -> None:
     if code != 0:
         tail = output.strip().splitlines()[-25:]
         raise CheckFailed(f"installing the {name} layer failed; nothing was tagged:\n" + "\n".join(tail))
@@ -251,7 +251,7 @@ def pip_tree(installer: Installer, cache: Cache) -> Path:
 def _fill_pip_tree(installer: Installer, work: Path) -> None:
     with zipfile.ZipFile(installer.pip.path) as wheel:
         wheel.extractall(work, [m for m in wheel.namelist() if m.startswith("pip/")])
-    script = "python3 -m compileall -qq -j 0 --invalidation-mode unchecked-hash /pip/pip"
+    script = f"python3 {' '.join(wheelstream.COMPILEALL)} /pip/pip"
     volumes = {str(work): {"bind": "/pip", "mode": "rw"}}
     code, output = run_offline(installer.client, installer.base_ref, script, volumes, {"PYTHONHASHSEED": "0"})
     if code != 0:

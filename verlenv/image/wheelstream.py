@@ -59,8 +59,9 @@ _ENTRY = re.compile(  # distlib's export-entry grammar, which pip's launcher mak
     r"(?P<name>([^\[]\S*))\s*=\s*(?P<callable>(\w+)([:\.]\w+)*)"
     r"\s*(\[\s*(?P<flags>[\w-]+(=\w+)?(,\s*\w+(=\w+)?)*)\s*\])?"
 )
-# what pip's layer step ran after pip (install.py), with -s and -p naming this tree's folders
-_COMPILEALL = ("-m", "compileall", "-qq", "-j", "0", "--invalidation-mode", "unchecked-hash")
+# How every .pyc of an image is compiled (after pip in install.py, and here), with -s and -p naming the
+# tree's folders: one definition, since the two paths must give the same bytes.
+COMPILEALL = ("-m", "compileall", "-qq", "-j", "0", "--invalidation-mode", "unchecked-hash")
 _HOME_KEYS = ("installed_base", "base", "installed_platbase", "platbase", "prefix", "exec_prefix")
 
 
@@ -141,10 +142,10 @@ def _within(directory: str, target: str) -> bool:
 class _Wheel:
     """pip's _install_wheel over one wheel, placing into ``files`` instead of writing a tree."""
 
-    def __init__(self, path: str, name: str, prefix: str, files: dict[str, Placed]) -> None:
-        self.path, self.name, self.files = path, name, files
-        self.zip = zipfile.ZipFile(path, allowZip64=True)
-        self.label = os.path.basename(path)
+    def __init__(self, archive: zipfile.ZipFile, name: str, prefix: str, files: dict[str, Placed]) -> None:
+        self.zip, self.name, self.files = archive, name, files
+        self.path = str(archive.filename)  # the key of this archive in install()'s open wheels
+        self.label = os.path.basename(self.path)
         self.info_dir = _info_dir(self.zip, self.label, name)
         meta = {m.split("/", 1)[1]: self.zip.read(m) for m in self.zip.namelist() if m.startswith(f"{self.info_dir}/")}
         self.meta = _WheelMeta(meta)
@@ -176,7 +177,6 @@ class _Wheel:
         generated += self._launchers([f"{k} = {v}" for k, v in gui.items()], executable)
         generated += [self._generate("INSTALLER", b"pip\n"), self._generate("REQUESTED", b"")]
         self._record(generated)
-        self.zip.close()
 
     def _is_script(self, member: str) -> bool:
         parts = member.split("/", 2)
@@ -320,7 +320,7 @@ def _shebang(executable: str) -> bytes:
 # -- bytecode: the image's own compileall, over the .py files alone ------------------------------
 
 
-def _compiled(files: dict[str, Placed], prefix: str) -> dict[str, Placed]:
+def _compiled(files: dict[str, Placed], prefix: str, zips: dict[str, zipfile.ZipFile]) -> dict[str, Placed]:
     """The .pyc that ``compileall -j 0 --invalidation-mode unchecked-hash`` makes of every .py below
     ``prefix``, run as pip's tree got it: a separate `python -m compileall`, same arguments, same
     environment. In Python 3.11 marshal marks an object shared by its reference count, so the bytes of
@@ -328,7 +328,6 @@ def _compiled(files: dict[str, Placed], prefix: str) -> dict[str, Placed]:
     this module) 1 of 36,584 .pyc of cpu-smoke's deps came out 10 bytes longer. Only the sources are
     written, to a scratch tree: a few percent of the layer's bytes."""
     sources = sorted(p for p in files if p.endswith(".py"))
-    zips: dict[str, zipfile.ZipFile] = {}
     with tempfile.TemporaryDirectory(prefix="verlenv-py-") as scratch:
         for path in sources:
             target = Path(scratch + path[len(prefix) :])
@@ -336,7 +335,7 @@ def _compiled(files: dict[str, Placed], prefix: str) -> dict[str, Placed]:
             with _opener(files[path], zips)() as source, target.open("wb") as sink:
                 shutil.copyfileobj(source, sink)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the interpreter as pip's step ran it
-        subprocess.run([sys.executable, *_COMPILEALL, "-s", scratch, "-p", prefix, scratch], env=env, check=False)
+        subprocess.run([sys.executable, *COMPILEALL, "-s", scratch, "-p", prefix, scratch], env=env, check=False)
         found = {path: _pyc(Path(scratch + path[len(prefix) :])) for path in sources}
     return {importlib.util.cache_from_source(path): pyc for path, pyc in found.items() if pyc is not None}
 
@@ -353,9 +352,8 @@ def _pyc(source: Path) -> Placed | None:
 # -- the layer -------------------------------------------------------------------------------------
 
 
-def items(files: dict[str, Placed], prefix: str) -> list[Item]:
+def items(files: dict[str, Placed], prefix: str, zips: dict[str, zipfile.ZipFile]) -> list[Item]:
     """Tar items of ``files`` (absolute paths), every directory above them and ``prefix`` itself."""
-    zips: dict[str, zipfile.ZipFile] = {}
     found: list[Item] = []
     dirs: set[str] = set()
     top = prefix.strip("/")
@@ -376,8 +374,7 @@ def items(files: dict[str, Placed], prefix: str) -> list[Item]:
 def _opener(placed: Placed, zips: dict[str, zipfile.ZipFile]):  # type: ignore[no-untyped-def]
     if placed.data is not None:
         return partial(io.BytesIO, placed.data)
-    wheel = zips.get(placed.wheel) or zips.setdefault(placed.wheel, zipfile.ZipFile(placed.wheel))
-    return partial(wheel.open, placed.member)
+    return partial(zips[placed.wheel].open, placed.member)
 
 
 def install(plan: dict, out: Path) -> dict:  # type: ignore[type-arg]
@@ -385,11 +382,17 @@ def install(plan: dict, out: Path) -> dict:  # type: ignore[type-arg]
     ``out``/layer.json."""
     prefix, executable = plan["prefix"], sys.executable
     files: dict[str, Placed] = {}
+    # each wheel's central directory read once (torch's alone is 15,000 entries), then its members opened from it
+    zips: dict[str, zipfile.ZipFile] = {}
     for wheel in install_order(plan["wheels"]):  # where two wheels ship one path, the later one's stays
-        _Wheel(os.path.join(plan["wheels_dir"], wheel["file"]), wheel["name"], prefix, files).install(executable)
-    files.update(_compiled(files, prefix))
+        path = os.path.join(plan["wheels_dir"], wheel["file"])
+        zips[path] = zipfile.ZipFile(path, allowZip64=True)
+        _Wheel(zips[path], wheel["name"], prefix, files).install(executable)
+    files.update(_compiled(files, prefix, zips))
     extra = [_extra_item(e, plan["wheels_dir"]) for e in plan.get("extra", ())]
-    info = write_layer([*items(files, prefix), *extra], out / TAR, int(plan["epoch"]))
+    info = write_layer([*items(files, prefix, zips), *extra], out / TAR, int(plan["epoch"]))
+    for archive in zips.values():
+        archive.close()
     summary = {"diff_id": info.diff_id, "size": info.size, "entries": [e.line() for e in info.entries]}
     (out / INFO).write_text(json.dumps(summary))
     return summary
