@@ -148,6 +148,22 @@ def test_the_source_hash_covers_the_package_not_the_docs(tmp_path: Path) -> None
     assert source_sha256(tmp_path) != first
 
 
+def test_the_source_hash_covers_the_executable_bit(tmp_path: Path) -> None:
+    """The wheel keeps each file's executable bit, so a chmod alone changes the image: the label too."""
+    (tmp_path / "verlenv").mkdir()
+    script = tmp_path / "verlenv" / "run.py"
+    script.write_text("print(1)\n")
+    script.chmod(0o644)
+    plain = source_sha256(tmp_path)
+    script.chmod(0o755)
+    executable = source_sha256(tmp_path)
+    assert executable != plain
+    script.chmod(0o744)  # only the owner's bit counts, as in git and in the wheel
+    assert source_sha256(tmp_path) == executable
+    script.chmod(0o664)  # group write is not a mode git or the wheel keeps
+    assert source_sha256(tmp_path) == plain
+
+
 def test_file_manifest_round_trips(tmp_path: Path) -> None:
     manifest = FileManifest((Entry("a", DIR, 0o755), Entry("a/b", FILE, 0o644, 3, "c" * 64)))
     manifest.write(tmp_path / "m.gz")

@@ -143,6 +143,27 @@ def test_a_second_pack_reuses_the_compressed_groups_of_unchanged_layers(tmp_path
     rootfs.verify_tree(target, rootfs.apply(tmp_path / "b", target, {}, workers=2))
 
 
+def test_a_pack_that_fails_while_compressing_leaves_no_group_to_trust(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    layers, config, image_id, entries = _image(tmp_path)
+    manifest = merge(entries)
+    keep = tmp_path / "keep"
+    original = rootfs._write_group
+
+    def dies_half_way(name, members, sources, out, part_bytes, how):  # type: ignore[no-untyped-def]
+        original(name, members, sources, out, part_bytes, how)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rootfs, "_write_group", dies_half_way)
+    with pytest.raises(OSError, match="disk full"):
+        rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "a", part_bytes=4096, keep=keep)
+    assert list(keep.iterdir()) == []  # its parts were written, but never put where a later pack looks
+    monkeypatch.setattr(rootfs, "_write_group", original)
+    rootfs.pack(manifest, layers, config, image_id, {}, tmp_path / "b", part_bytes=4096, keep=keep)
+    assert all((group / "group.json").is_file() for group in keep.iterdir())
+    target = tmp_path / "tree"
+    rootfs.verify_tree(target, rootfs.apply(tmp_path / "b", target, {}, workers=2))
+
+
 def test_the_inventory_leaves_out_a_file_edited_after_install_and_adds_trees_made_before(tmp_path: Path) -> None:
     """An H200 host's certifi cacert.pem no longer matched its RECORD; the pack trusted RECORD and the
     apply failed. Content decides now. A tree made there before (an extension's build environment)

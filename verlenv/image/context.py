@@ -90,8 +90,10 @@ def source_files(root: Path) -> list[Path]:
 
 
 def source_sha256(root: Path) -> str:
-    """The tree hash of what verlenv's wheel is built from: (path, content) of every source file."""
+    """The tree hash of what verlenv's wheel is built from: (path, mode, content) of every source file.
+    The mode is git's (100755 or 100644): the wheel keeps the executable bit, so the label must too."""
     digest = hashlib.sha256()
     for path in source_files(root):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_of(path)}\n".encode())
+        mode = "100755" if path.stat().st_mode & 0o100 else "100644"
+        digest.update(f"{path.relative_to(root).as_posix()}\0{mode}\0{sha256_of(path)}\n".encode())
     return digest.hexdigest()

@@ -46,7 +46,7 @@ def verlenv_wheel(paths: ProjectPaths, cache: Cache, epoch: int) -> HouseFile:
     _only_setuptools(paths.root / "pyproject.toml")
     setuptools = fetch_locked(read_lock(backends.constraints(paths)), "setuptools", cache)
     files = source_files(paths.root)
-    done = cache.root / "own" / _key(paths.root, files, epoch, setuptools.sha256)
+    done = cache.root / "own" / _key(paths.root, epoch, setuptools.sha256)
     if not done.is_dir():
         backend = _backend_tree(setuptools, cache)
         atomic.make_folder(done, cache.tmp, partial(_build, paths.root, files, epoch, backend, cache=cache))
@@ -68,14 +68,12 @@ def _only_setuptools(pyproject: Path) -> None:
         )
 
 
-def _key(root: Path, files: list[Path], epoch: int, setuptools: str) -> str:
-    """Everything the wheel's bytes depend on: the sources (source_sha256: each file's path and content)
-    and which of them are executable, the epoch, the setuptools, and this interpreter's zlib (it writes
-    the deflated members)."""
-    executable = [path.relative_to(root).as_posix() for path in files if path.stat().st_mode & 0o100]
+def _key(root: Path, epoch: int, setuptools: str) -> str:
+    """Everything the wheel's bytes depend on: the sources (source_sha256: each file's path, executable
+    bit and content), the epoch, the setuptools, and this interpreter's zlib (it writes the deflated
+    members)."""
     inputs = {
         "sources": source_sha256(root),
-        "executable": executable,
         "epoch": epoch,
         "setuptools": setuptools,
         "zlib": zlib.ZLIB_RUNTIME_VERSION,

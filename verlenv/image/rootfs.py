@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from verlenv import atomic
 from verlenv.image import packcodec
 from verlenv.image.filemanifest import FileManifest, differences, of_tree
 from verlenv.image.tarlayer import DIR, FILE, SYMLINK, Entry
@@ -226,15 +227,14 @@ def _kept_group(
     key = hashlib.sha256(
         json.dumps([list(how), part_bytes, [(e.path, e.sha256, e.size, e.mode) for e in members]]).encode()
     ).hexdigest()
-    folder = keep / key
-    if not (folder / "group.json").is_file():
-        staging = keep / f".{key}.{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        made = _write_group("kept", members, sources, staging, part_bytes, how)
-        (staging / "group.json").write_text(json.dumps(asdict(made)))
-        shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
+
+    def fill(work: Path) -> None:
+        made = _write_group("kept", members, sources, work, part_bytes, how)
+        (work / "group.json").write_text(json.dumps(asdict(made)))
+
+    # whole or absent: a folder another pack is reading is never removed under it
+    keep.mkdir(parents=True, exist_ok=True)
+    folder = atomic.make_folder(keep / key, keep, fill)
     data = json.loads((folder / "group.json").read_text())
     parts = []
     for index, part in enumerate(data["parts"]):
