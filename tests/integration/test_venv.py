@@ -139,6 +139,25 @@ def test_bundle_parts_are_capped_hashed_and_reproducible(bundle: Path, tmp_path:
     assert json.loads((again / "bundle.json").read_text())["parts"] == parts  # same inputs, same bytes
 
 
+def test_two_bundles_written_into_one_folder_at_once_give_one_whole_bundle_and_one_clear_refusal(
+    project_copy: ProjectPaths, tmp_path: Path
+) -> None:
+    """Each run stages in a folder of its own: the first to finish keeps the name, the other is refused
+    (exit 2) and leaves nothing, and what is there verifies part by part."""
+    out = tmp_path / "shared"
+    args = [sys.executable, "-m", "verlenv", "bundle", "--profile", PROFILE, "--python", "3.11", str(out),
+            "--part-mib", "16", "--exclude", "torch", "-q"]  # fmt: skip
+    runs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [run.communicate(timeout=900)[1] for run in runs]
+    results = [(run.returncode, err) for run, err in zip(runs, errors, strict=True)]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert f"{out} exists" in refused and "Traceback" not in refused
+    assert [p.name for p in tmp_path.iterdir()] == ["shared"]  # no staging folder left by either run
+    parts = json.loads((out / "bundle.json").read_text())["parts"]
+    assert all(sha256_of(out / "parts" / part["name"]) == part["sha256"] for part in parts)
+
+
 def test_leaving_out_what_the_installer_runs_on_is_refused_and_nothing_is_written(
     project_copy: ProjectPaths, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import sys
 import tarfile
@@ -88,8 +89,9 @@ def make_bundle(
     files = as_wheels(list(house.files), cache, tags, profile.python, paths)
     files.append(verlenv_wheel(paths, cache, epoch))
     _check_metadata(profile, files, excluded, omitted, python)
-    staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    # this process's own staging folder: two runs writing one bundle at once never touch each other's
+    staging = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)  # only a dead run with this pid could have left one
     try:
         parts = _write_parts(staging / bundle_install.PARTS, files, part_mib * MIB, epoch)
         plan = EnvPlan(
@@ -109,7 +111,7 @@ def make_bundle(
         manifest = _manifest(plan, profile, files, parts, excluded, part_mib)
         atomic.write_text(staging / bundle_install.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         shutil.copyfile(Path(bundle_install.__file__), staging / "install.py")
-        staging.rename(out)
+        _rename(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -190,6 +192,18 @@ class _PartWriter(io.RawIOBase):
     def close(self) -> None:
         self._finish()
         super().close()
+
+
+def _rename(staging: Path, out: Path) -> None:
+    try:
+        staging.rename(out)
+    except OSError:
+        if not out.exists():
+            raise
+        raise ConfigError(
+            f"{out} exists: another run made it while this one was writing; nothing of this run was kept",
+            hint="give a new directory, or use the one the other run made",
+        ) from None
 
 
 def _write_parts(folder: Path, files: list[HouseFile], limit: int, epoch: int) -> list[dict[str, Any]]:
