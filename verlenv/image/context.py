@@ -89,11 +89,16 @@ def source_files(root: Path) -> list[Path]:
     return sorted({p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if "__pycache__" not in p.parts})
 
 
+def source_mode(path: Path) -> int:
+    """The mode a source file gets in verlenv's wheel: git's rule, the owner's executable bit alone."""
+    return 0o755 if path.stat().st_mode & 0o100 else 0o644
+
+
 def source_sha256(root: Path) -> str:
     """The tree hash of what verlenv's wheel is built from: (path, mode, content) of every source file.
-    The mode is git's (100755 or 100644): the wheel keeps the executable bit, so the label must too."""
+    The mode is git's (100755 or 100644): the wheel keeps it, so the label must too."""
     digest = hashlib.sha256()
     for path in source_files(root):
-        mode = "100755" if path.stat().st_mode & 0o100 else "100644"
+        mode = f"100{source_mode(path):o}"
         digest.update(f"{path.relative_to(root).as_posix()}\0{mode}\0{sha256_of(path)}\n".encode())
     return digest.hexdigest()

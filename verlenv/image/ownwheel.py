@@ -25,7 +25,7 @@ import tomllib
 
 from verlenv import atomic
 from verlenv.errors import ConfigError
-from verlenv.image.context import source_files, source_sha256
+from verlenv.image.context import source_files, source_mode, source_sha256
 from verlenv.lock import backends
 from verlenv.lock.lockfile import read_lock
 from verlenv.lock.tools import run
@@ -102,7 +102,7 @@ def clean_copy(root: Path, files: list[Path], target: Path) -> None:
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, copy)
         # the wheel keeps each file's mode: the process umask (077 in a locked-down shell) must not
-        copy.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+        copy.chmod(source_mode(path))
 
 
 def _build(root: Path, files: list[Path], epoch: int, backend: Path, work: Path, cache: Cache) -> None:
