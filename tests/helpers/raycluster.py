@@ -106,8 +106,19 @@ class Node:
         top = self.container.top(ps_args="-eo pid,args")
         return any(needle in " ".join(str(p) for p in proc) for proc in top.get("Processes") or [])
 
-    def pause(self) -> None:
-        self.container.pause()
+    def pause(self, attempts: int = 5) -> None:
+        """Freeze the node. The cgroup-v1 freezer can fail to freeze while processes are being forked
+        in the cgroup, and runc then thaws it and reports "unable to freeze" (opencontainers/runc#2753,
+        #2791: "still a game of chances"). The tests freeze a node exactly while it forks its checks,
+        so a failed freeze is tried again; any other refusal, or the last one, is raised."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.container.pause()
+                break
+            except docker.errors.APIError as error:
+                if "unable to freeze" not in str(error) or attempt == attempts:
+                    raise
+                time.sleep(0.2)
         self.paused = True
 
     def kill_raylet_and_worker_of(self, needle: str) -> None:
